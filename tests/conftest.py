@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+
+def hierarchical_model(n_obs=200, n_groups=12, seed=0):
+    """A small varying-intercept model shared by the tests."""
+    import pymc as pm
+
+    rng = np.random.default_rng(seed)
+    group = rng.integers(0, n_groups, n_obs)
+    x = rng.normal(size=n_obs)
+    y = 0.5 + rng.normal(size=n_groups)[group] * 0.3 + 0.8 * x + rng.normal(size=n_obs) * 0.5
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        tau = pm.HalfNormal("tau", 1)
+        z = pm.Normal("z", 0, 1, shape=n_groups)
+        beta = pm.Normal("beta", 0, 1)
+        sigma = pm.HalfNormal("sigma", 1)
+        xd = pm.Data("x", x)
+        pm.Normal("y", mu + tau * z[group] + beta * xd, sigma, observed=y)
+    return model
+
+
+@pytest.fixture(scope="session")
+def small_model():
+    return hierarchical_model()
+
+
+@pytest.fixture
+def probe_pass():
+    """A throwaway pass (``x ** 2 -> x * x`` at 1.7) to test the registry and plugin."""
+    import pytensor.tensor as pt
+    from pytensor.graph.rewriting.basic import in2out, node_rewriter
+    from pytensor.tensor.elemwise import Elemwise
+    from pytensor.scalar import Pow
+    from pytensor.tensor.basic import get_underlying_scalar_constant_value
+
+    from pmfast.passes import record, register_pass, unregister_pass
+
+    @node_rewriter([Elemwise])
+    def square_to_mul(fgraph, node):
+        if not isinstance(node.op.scalar_op, Pow):
+            return None
+        x, e = node.inputs
+        try:
+            if get_underlying_scalar_constant_value(e) != 2:
+                return None
+        except Exception:
+            return None
+        record(fgraph, "probe")
+        return [pt.mul(x, x)]
+
+    p = register_pass("probe", "test-only: rewrite x ** 2 as x * x")
+    p.register(in2out(square_to_mul), position=1.7, name="square_to_mul")
+    yield p
+    unregister_pass("probe")

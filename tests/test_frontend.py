@@ -1,0 +1,109 @@
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytensor
+import pytest
+
+import pmfast
+from pmfast.frontend import logp_dlogp_graph
+
+
+@pytest.fixture(scope="module")
+def compiled(small_model):
+    return pmfast.compile(small_model)
+
+
+def test_compile_returns_what_nutpie_samples(compiled, small_model):
+    import nutpie
+
+    assert isinstance(compiled, nutpie.compile_pymc.CompiledPyMCModel)
+    assert compiled.n_dim == sum(int(np.prod(np.shape(v))) for v in small_model.initial_point().values())
+    assert set(compiled.timings) >= {"graphs + rewrites", "numba: logp+grad kernel"}
+    idata = nutpie.sample(compiled, draws=1000, tune=500, chains=4, seed=1, progress_bar=False)
+    assert float(az.rhat(idata).to_array().max()) <= 1.01
+    assert idata.posterior["z"].shape == (4, 1000, 12)
+
+
+def test_sample_returns_inference_data(small_model):
+    idata = pmfast.sample(small_model, draws=200, tune=200, chains=2, seed=3, progress=False)
+    assert idata.posterior["mu"].shape == (2, 200)
+    assert idata.attrs["pmfast_interrupted"] is False
+    assert idata.attrs["pmfast_compile_seconds"] > 0
+
+
+def test_sample_keeps_draws_on_interrupt(small_model, monkeypatch):
+    """Ctrl-C during sampling returns the draws so far, flagged as interrupted."""
+    import importlib
+
+    nutpie_sample = importlib.import_module("nutpie.sample")
+
+    def interrupted_wait(self, *, timeout=None):
+        try:
+            self._sampler.wait(0.5)
+        except TimeoutError:
+            pass
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(nutpie_sample._BackgroundSampler, "wait", interrupted_wait)
+    idata = pmfast.sample(small_model, draws=100_000, tune=100, chains=2, seed=3, progress=False)
+    assert idata.attrs["pmfast_interrupted"] is True
+    assert 0 < idata.posterior.sizes["draw"] < 100_000
+
+
+def test_passes_none_is_identical_to_stock(small_model):
+    fn, x0 = pmfast.logp_dlogp_function(small_model, passes="none")
+    joined, logp, grad, _, _ = logp_dlogp_graph(small_model)
+    with small_model:
+        stock = pm.pytensorf.compile((joined,), (logp, grad), mode="NUMBA")
+    for x in (x0, x0 + 0.3):
+        (a, ga), (b, gb) = fn(x), stock(x)
+        assert a == b and np.array_equal(ga, gb)
+    assert [str(n.op) for n in fn.maker.fgraph.toposort()] == [
+        str(n.op) for n in stock.maker.fgraph.toposort()
+    ]
+
+
+def test_compile_none_matches_nutpie(small_model):
+    import nutpie
+
+    ours = pmfast.compile(small_model, passes="none")
+    theirs = nutpie.compile_pymc_model(small_model)
+    x = np.linspace(-1, 1, ours.n_dim)
+    (a, ga), (b, gb) = ours.logp_func(x), theirs.logp_func(x)
+    assert a == b and np.array_equal(ga, gb)
+    assert ours.shapes == theirs.shapes and ours.n_dim == theirs.n_dim
+
+
+def test_logp_dlogp_function_kernel_is_what_nutpie_calls(small_model):
+    fn, x0 = pmfast.logp_dlogp_function(small_model)
+    logp, grad = fn.vm.jit_fn(*pmfast.kernel_args(fn, x0))
+    ref_logp, ref_grad = fn(x0)
+    assert np.isfinite(logp) and logp == ref_logp
+    np.testing.assert_array_equal(grad, ref_grad)
+    assert grad.shape == x0.shape
+
+
+def test_discrete_free_variable_is_a_clear_error():
+    with pm.Model() as model:
+        pm.Poisson("k", 3.0)
+    with pytest.raises(pmfast.ModelError, match="discrete free variables .*k"):
+        pmfast.compile(model)
+
+
+def test_not_a_model_is_a_clear_error():
+    with pytest.raises(pmfast.ModelError, match="expected a pymc.Model"):
+        pmfast.compile("model.py")
+
+
+@pytest.mark.parametrize("kw", [{"draws": 0}, {"chains": -1}, {"tune": -5}])
+def test_bad_sample_sizes(small_model, kw):
+    with pytest.raises(ValueError, match="must be"):
+        pmfast.sample(small_model, **kw)
+
+
+def test_nutpie_kwargs_pass_through(small_model, compiled):
+    assert compiled.n_expanded == compiled.n_dim + 2  # default: tau and sigma on their own scale
+    compiled = pmfast.compile(small_model, passes="none", var_names=["mu"], initial_points={"mu": 0.5})
+    point = compiled.initial_point_func(0)
+    assert point.shape == (compiled.n_dim,)
+    assert compiled.n_expanded == compiled.n_dim  # only mu requested: tau, sigma not expanded
