@@ -1,0 +1,459 @@
+"""The ``pmfast`` command line: sample, bench, inspect and list models.
+
+Heavy modules (pymc, nutpie, arviz, pmfast.frontend) are imported inside the
+commands so that ``pmfast --help`` answers immediately.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pmfast.loading import check_spec, load_model, one_line
+
+app = typer.Typer(
+    help="pmfast: compile PyMC models into fast numba kernels for nutpie, sample them, and measure the gain.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+MODEL_HELP = "A zoo model (`pmfast models`; size kwargs as name:key=val,key=val) or path/to/file.py[:function]."
+PASSES_HELP = "Passes to run: all, none, or a comma list of pass names."
+SUMMARY_ROWS = 30
+SUMMARY_COLUMNS = ("mean", "sd", "hdi_3%", "hdi_97%", "ess_bulk", "ess_tail", "r_hat")
+PLOT_VARS = 4
+PLOT_ELEMENTS = 8
+
+
+def fail(message, code: int = 1):
+    """Print ``error: message`` on one line to stderr and exit with ``code``."""
+    typer.echo(f"error: {one_line(message)}", err=True)
+    raise typer.Exit(code)
+
+
+def user_errors(command):
+    """Turn exceptions in ``command`` into one ``error:`` line (set PMFAST_TRACEBACK=1 to see tracebacks)."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except KeyboardInterrupt:
+            fail("interrupted", 130)
+        except Exception as exc:
+            if os.environ.get("PMFAST_TRACEBACK"):
+                raise
+            ours = type(exc).__module__.split(".")[0] in ("pmfast", "cli")
+            fail(str(exc) if ours else f"{type(exc).__name__}: {exc}")
+
+    return wrapper
+
+
+def _console():
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _check_passes(passes: str) -> None:
+    from pmfast import passes as registry
+
+    registry.select(passes)
+
+
+def _load_checked(spec: str):
+    from pmfast.frontend import check_model
+
+    model, initial_point = load_model(spec)
+    check_model(model)
+    return model, initial_point
+
+
+class StageProgress:
+    """A ``progress(stage, seconds)`` callback for pmfast.compile: a spinner per stage, then its time."""
+
+    def __init__(self, console):
+        self.console, self.status = console, None
+
+    def __call__(self, stage: str, seconds: float | None) -> None:
+        self.close()
+        if seconds is None:
+            self.status = self.console.status(f"compile: {stage} …")
+            self.status.start()
+        else:
+            self.console.print(f"  [green]✓[/] {stage:<26} {seconds:7.2f} s")
+
+    def close(self) -> None:
+        if self.status is not None:
+            self.status.stop()
+            self.status = None
+
+
+def write_netcdf(idata, path: Path) -> None:
+    """Write ``idata`` to ``path`` atomically: a temp file in the same directory, then ``os.replace``."""
+    path = Path(path)
+    for key, value in list(idata.attrs.items()):
+        if isinstance(value, bool):
+            idata.attrs[key] = int(value)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o666 & ~umask)
+    try:
+        idata.to_netcdf(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _sizes(posterior) -> dict[str, int]:
+    """Elements per posterior variable, leaving out transformed (``*__``) variables when there are others."""
+    sizes = {
+        name: math.prod(n for d, n in var.sizes.items() if d not in ("chain", "draw"))
+        for name, var in posterior.data_vars.items()
+    }
+    return {k: v for k, v in sizes.items() if not k.endswith("__")} or sizes
+
+
+def complete_draws(idata) -> int:
+    """Posterior draws every chain has finished (an interrupted run pads shorter chains with NaN)."""
+    import numpy as np
+
+    if "posterior" not in idata.groups() or not idata.posterior.data_vars:
+        return 0
+    var = next(iter(idata.posterior.data_vars.values()))
+    finite = np.isfinite(var).all([d for d in var.dims if d not in ("chain", "draw")])
+    return int(finite.sum("draw").min())
+
+
+def write_trace_plot(idata, path: Path) -> list[str]:
+    """Save an ``az.plot_trace`` PNG of the first few variables (first few elements of each dim)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import arviz as az
+    import matplotlib.pyplot as plt
+
+    posterior = idata.posterior
+    names = list(_sizes(posterior))[:PLOT_VARS]
+    subset = posterior[names]
+    subset = subset.isel({d: slice(0, PLOT_ELEMENTS) for d in subset.dims if d not in ("chain", "draw")})
+    axes = az.plot_trace(subset, compact=True)
+    fig = axes.ravel()[0].figure
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return names
+
+
+def print_summary(idata, max_rows: int = SUMMARY_ROWS) -> None:
+    """Print ``az.summary`` of the posterior as a table: smallest variables first, at most ``max_rows`` rows."""
+    import arviz as az
+    from rich.console import Console
+    from rich.table import Table
+
+    sizes = _sizes(idata.posterior)
+    names, rows = [], 0
+    for name, size in sorted(sizes.items(), key=lambda item: item[1]):
+        if rows >= max_rows:
+            break
+        names.append(name)
+        rows += size
+    df = az.summary(idata, var_names=names).head(max_rows)
+    df = df[[c for c in SUMMARY_COLUMNS if c in df.columns]]
+    total = sum(sizes.values())
+    title = f"posterior summary ({len(df)} of {total} rows)" if total > len(df) else "posterior summary"
+    table = Table(title=title, title_justify="left")
+    table.add_column("")
+    for column in df.columns:
+        table.add_column(str(column), justify="right")
+    for label, row in df.iterrows():
+        table.add_row(str(label), *(f"{v:.0f}" if c.startswith("ess") else f"{v:.3g}" for c, v in row.items()))
+    Console().print(table)
+
+
+def _positive(**values) -> None:
+    for name, value in values.items():
+        if value is not None and value < 1:
+            fail(f"--{name} must be positive, got {value}")
+
+
+@app.command()
+@user_errors
+def sample(
+    model: Annotated[Optional[str], typer.Argument(help=MODEL_HELP + " Default: the zoo's default model.")] = None,
+    draws: Annotated[int, typer.Option(help="Posterior draws per chain.")] = 1000,
+    tune: Annotated[int, typer.Option(help="Tuning (warmup) draws per chain.")] = 1000,
+    chains: Annotated[int, typer.Option(help="Number of chains.")] = 4,
+    cores: Annotated[Optional[int], typer.Option(help="Chains sampled in parallel (default: nutpie's choice).")] = None,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed.")] = None,
+    target_accept: Annotated[Optional[float], typer.Option(help="NUTS target acceptance rate, in (0, 1).")] = None,
+    passes: Annotated[str, typer.Option(help=PASSES_HELP)] = "all",
+    out: Annotated[Optional[Path], typer.Option(help="Write the trace to this netCDF file (atomically).")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write an arviz trace plot PNG here.")] = None,
+    progress: Annotated[bool, typer.Option(help="Show compile stages and nutpie's progress bar.")] = True,
+):
+    """Compile MODEL with pmfast and sample it with nutpie; print a summary, optionally save trace and plot.
+
+    Ctrl-C during sampling stops early and keeps the draws so far (written to --out if given).
+    """
+    import models
+
+    _positive(draws=draws, chains=chains, cores=cores)
+    if tune < 0:
+        fail(f"--tune must be non-negative, got {tune}")
+    if target_accept is not None and not 0 < target_accept < 1:
+        fail(f"--target-accept must be in (0, 1), got {target_accept}")
+    for path in (out, plot):
+        if path is not None and not path.parent.is_dir():
+            fail(f"directory does not exist: {path.parent}")
+    _check_passes(passes)
+    spec = model or models.DEFAULT
+    console = _console()
+    with console.status(f"loading {spec} …"):
+        m, initial_point = _load_checked(spec)
+    kwargs = {"cores": cores, "target_accept": target_accept, "initial_points": initial_point}
+    kwargs = {k: v for k, v in kwargs.items() if v is not None}
+    console.print(f"[bold]{spec}[/]: {len(m.free_RVs)} free variables, passes={passes}")
+    import pmfast
+
+    stages = StageProgress(console)
+    try:
+        idata = pmfast.sample(
+            m, draws=draws, tune=tune, chains=chains, seed=seed, passes=passes,
+            progress=stages if progress else False, **kwargs,
+        )
+    finally:
+        stages.close()
+    interrupted = bool(idata.attrs.get("pmfast_interrupted"))
+    n_draws = complete_draws(idata)
+    if n_draws:
+        shown = idata.isel(draw=slice(0, n_draws)) if interrupted else idata
+        try:
+            print_summary(shown)
+        except Exception as exc:
+            console.print(f"summary unavailable: {type(exc).__name__}: {one_line(exc)}")
+        if "sample_stats" in shown.groups() and "diverging" in shown.sample_stats:
+            console.print(f"divergences: {int(shown.sample_stats['diverging'].sum())}")
+    console.print(
+        f"compile {idata.attrs.get('pmfast_compile_seconds', float('nan')):.2f} s, "
+        f"sampling {idata.attrs.get('pmfast_sample_seconds', float('nan')):.2f} s"
+    )
+    if out is not None:
+        write_netcdf(idata, out)
+        console.print(f"wrote {out}" + (f" ({n_draws} draws per chain so far)" if interrupted else ""))
+    if plot is not None and n_draws:
+        names = write_trace_plot(shown, plot)
+        console.print(f"wrote {plot} ({', '.join(names)})")
+    if interrupted:
+        console.print(f"[yellow]interrupted[/] during sampling after {n_draws} posterior draws per chain")
+        raise typer.Exit(130)
+
+
+@app.command()
+@user_errors
+def bench(
+    model_specs: Annotated[Optional[list[str]], typer.Argument(metavar="MODELS", help=MODEL_HELP + " Default: a few small zoo models.")] = None,
+    passes: Annotated[str, typer.Option(help=PASSES_HELP)] = "all",
+    repeats: Annotated[int, typer.Option(help="Timing repeats per side (median reported; at least 5).")] = 7,
+    cold: Annotated[bool, typer.Option("--cold", help="Compile with a fresh, empty numba cache.")] = False,
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write all numbers to this JSON file.")] = None,
+    plot: Annotated[Optional[Path], typer.Option(help="Write a bar chart PNG of the pmfast/stock ratios.")] = None,
+):
+    """Compare pmfast against stock nutpie/pytensor per model: compile time, peak RSS, eval time, parity.
+
+    Each side runs in its own subprocess; ratios are pmfast/stock (below 1 is better).
+
+    Without --cold, compile times include what earlier runs left in the numba caches (the stock side runs first and can warm kernels the pmfast side shares): use --cold to compare compile times.
+    """
+    import json
+
+    from pmfast import bench as measure
+
+    if repeats < measure.MIN_REPEATS:
+        fail(f"--repeats must be at least {measure.MIN_REPEATS}, got {repeats}")
+    _check_passes(passes)
+    specs = list(model_specs or measure.DEFAULT_MODELS)
+    specs = [str(s.path.resolve()) + f":{s.function}" if s.path else s.text for s in map(check_spec, specs)]
+    console = _console()
+    status = console.status("starting …")
+    status.start()
+    try:
+        results = measure.compare(
+            specs, passes, repeats, cold, progress=lambda m, side: status.update(f"{Path(m).name}: {side} …")
+        )
+    finally:
+        status.stop()
+    means = measure.geomeans(results)
+    print_bench(results, means, passes, cold)
+    if json_out is not None:
+        payload = {"passes": passes, "repeats": repeats, "cold": cold, "results": results, "geomean": means}
+        json_out.write_text(json.dumps(payload, indent=2))
+        console.print(f"wrote {json_out}")
+    if plot is not None:
+        write_bench_plot(results, means, plot)
+        console.print(f"wrote {plot}")
+
+
+def _label(spec: str) -> str:
+    name = Path(spec).name
+    return name.removesuffix(":build_model")
+
+
+def _parity(x: float) -> str:
+    return "0" if x == 0 else f"{x:.1e}"
+
+
+def print_bench(results, means, passes, cold) -> None:
+    """Print the bench table: per model stock, pmfast and pmfast/stock rows; parity; geometric means."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    title = f"pmfast (passes={passes}) vs stock, {'cold' if cold else 'warm'} numba cache"
+    caption = "ratio = pmfast/stock; Δ = relative difference of logp / gradient at the initial point"
+    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("model", "", "compile s", "RSS MB", "eval µs", "Δlogp", "Δgrad"):
+        table.add_column(column, justify="left" if column in ("model", "") else "right", overflow="fold")
+    for r in results:
+        for side in ("stock", "pmfast"):
+            row = r[side]
+            label = _label(r["model"]) if side == "stock" else ""
+            table.add_row(label, side, f"{row['compile_s']:.2f}", f"{row['rss_mb']:.0f}", f"{row['eval_us']:.3g}", "", "")
+        ratios, parity = r["ratios"], r["parity"]
+        table.add_row(
+            "", "ratio", *(f"{ratios[k]:.2f}×" for k in ("compile", "rss", "eval")),
+            _parity(parity["logp"]), _parity(parity["grad"]), end_section=True,
+        )
+    table.add_row("geomean", "ratio", *(f"{means[k]:.2f}×" for k in ("compile", "rss", "eval")), "", "")
+    Console().print(table)
+
+
+def write_bench_plot(results, means, path: Path) -> None:
+    """Save a grouped bar chart of the compile/RSS/eval ratios per model (and their geomeans)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    labels = [_label(r["model"]) for r in results] + ["geomean"]
+    keys = ("compile", "rss", "eval")
+    x = np.arange(len(labels))
+    fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(labels)), 4))
+    for i, k in enumerate(keys):
+        values = [r["ratios"][k] for r in results] + [means[k]]
+        ax.bar(x + (i - 1) * 0.27, values, 0.27, label=k)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, labels, rotation=20, ha="right")
+    ax.set_ylabel("pmfast / stock")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def _op_name(op) -> str:
+    scalar = getattr(op, "scalar_op", None)
+    return f"{type(op).__name__}({type(scalar).__name__})" if scalar is not None else type(op).__name__
+
+
+def node_counts(fn) -> dict[str, int]:
+    """Apply nodes of a compiled pytensor function by op type (Elemwise with their scalar op)."""
+    from collections import Counter
+
+    return dict(Counter(_op_name(node.op) for node in fn.maker.fgraph.toposort()))
+
+
+@app.command()
+@user_errors
+def inspect(
+    model: Annotated[str, typer.Argument(help=MODEL_HELP)],
+    passes: Annotated[str, typer.Option(help=PASSES_HELP)] = "all",
+    dprint: Annotated[bool, typer.Option("--dprint", help="Print the optimized logp+grad graph.")] = False,
+):
+    """Show which passes fired on MODEL, node counts before/after them, and compile time by stage."""
+    from rich.console import Console
+    from rich.table import Table
+
+    import pmfast
+
+    _check_passes(passes)
+    console = _console()
+    with console.status(f"loading {model} …"):
+        m, initial_point = _load_checked(model)
+    t0 = time.perf_counter()
+    with console.status("stock graph (passes=none) …"):
+        stock_fn, _ = pmfast.logp_dlogp_function(m, "none")
+    stock_s = time.perf_counter() - t0
+    stages = StageProgress(console)
+    try:
+        compiled = pmfast.compile(m, passes=passes, progress=stages, initial_points=initial_point)
+    finally:
+        stages.close()
+    fn = compiled.logp_func
+    out = Console()
+    fired = pmfast.fired(compiled)
+    table = Table(title=f"passes fired ({passes})", title_justify="left")
+    table.add_column("pass")
+    table.add_column("count", justify="right")
+    for p in pmfast.passes.select(passes):
+        table.add_row(p.name, str(fired.get(p.name, 0)))
+    if not compiled.passes:
+        table.add_row("(no passes selected)", "")
+    out.print(table)
+    before, after = node_counts(stock_fn), node_counts(fn)
+    table = Table(title="logp+grad nodes by op", title_justify="left")
+    for column in ("op", "stock", passes, "Δ"):
+        table.add_column(column, justify="left" if column == "op" else "right")
+    for op in sorted(set(before) | set(after), key=lambda o: (-after.get(o, 0), -before.get(o, 0), o)):
+        b, a = before.get(op, 0), after.get(op, 0)
+        table.add_row(op, str(b), str(a), f"{a - b:+d}" if a != b else "")
+    table.add_section()
+    b, a = sum(before.values()), sum(after.values())
+    table.add_row("total", str(b), str(a), f"{a - b:+d}")
+    out.print(table)
+    table = Table(title="compile time by stage", title_justify="left")
+    table.add_column("stage")
+    table.add_column("seconds", justify="right")
+    table.add_row("stock logp+grad graph (no numba)", f"{stock_s:.2f}")
+    table.add_section()
+    for stage, seconds in compiled.timings.items():
+        table.add_row(stage, f"{seconds:.2f}")
+    table.add_row("total", f"{sum(compiled.timings.values()):.2f}")
+    out.print(table)
+    if dprint:
+        import pytensor
+
+        pytensor.dprint(fn)
+
+
+@app.command("models")
+def list_models():
+    """List the model zoo, one line each (* marks the default)."""
+    import models
+
+    width = max(map(len, models.ZOO))
+    for name, line in models.describe():
+        typer.echo(f"{'*' if name == models.DEFAULT else ' '} {name:<{width}}  {line}")
+
+
+def main():
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""pmfast.bench: the worker's output, parity, and the timing loops."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pmfast import bench
+
+TINY = '''
+import numpy as np
+import pymc as pm
+
+
+def build_model():
+    with pm.Model() as m:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        s = pm.HalfNormal("s", 1.0)
+        pm.Normal("y", mu, s, observed=np.array([0.1, -0.3, 0.5, 1.2]))
+    return m
+'''
+
+KEYS = {
+    "model", "passes", "n_dim", "compile_s", "rss_mb", "rss_compile_mb", "eval_us", "eval_us_repeats",
+    "calls_per_repeat", "timing_loop", "fired", "logp", "grad",
+}
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "tiny.py"
+    path.write_text(TINY)
+    return str(path)
+
+
+def test_worker_prints_expected_keys(tiny):
+    cmd = [sys.executable, "-m", "pmfast.bench", tiny, "--passes", "none", "--repeats", "5"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result) == KEYS
+    assert result["n_dim"] == 2 and len(result["grad"]) == 2 and len(result["eval_us_repeats"]) == 5
+    assert result["compile_s"] > 0 and result["rss_mb"] > 0 and result["eval_us"] > 0
+    assert result["timing_loop"] == "njit"
+
+
+def test_worker_reports_errors_as_json(tiny):
+    proc = subprocess.run(
+        [sys.executable, "-m", "pmfast.bench", f"{tiny}:missing", "--repeats", "5"], capture_output=True, text=True
+    )
+    assert proc.returncode == 1
+    assert "no function 'missing'" in json.loads(proc.stdout.strip().splitlines()[-1])["error"]
+
+
+def test_stock_vs_stock_parity_is_zero(tiny):
+    a, b = bench.run_side(tiny, "none", 5), bench.run_side(tiny, "none", 5)
+    assert np.isfinite(a["logp"]) and np.any(np.asarray(a["grad"]) != 0)
+    assert bench.parity(a, b) == {"logp": 0.0, "grad": 0.0}
+
+
+def test_parity_is_relative():
+    a = {"n_dim": 2, "logp": -10.0, "grad": [4.0, 0.0]}
+    b = {"n_dim": 2, "logp": -10.001, "grad": [4.0, 1e-3]}
+    p = bench.parity(a, b)
+    assert p["logp"] == pytest.approx(1e-4, rel=1e-3) and p["grad"] == pytest.approx(2.5e-4)
+    assert np.isnan(bench.parity(a, {**b, "n_dim": 3})["grad"])
+
+
+def test_run_side_needs_five_repeats(tiny):
+    with pytest.raises(ValueError, match="at least 5"):
+        bench.run_side(tiny, "none", 3)
+
+
+def test_njit_timing_loop_returns_positive_times():
+    import numba
+
+    @numba.njit
+    def kernel(x):
+        return np.asarray(np.sum(x * x)), 2 * x
+
+    times, n, kind = bench.time_calls(kernel, (np.arange(5.0),), repeats=5, seconds=0.01)
+    assert kind == "njit" and n >= 1 and len(times) == 5 and min(times) > 0
+
+
+def test_python_fallback_timing_loop():
+    times, n, kind = bench.time_calls(lambda x: (x, x), (np.ones(2),), repeats=5, seconds=0.01)
+    assert kind == "python" and len(times) == 5 and min(times) > 0
+
+
+def test_geomeans():
+    results = [{"ratios": {"compile": 2.0, "rss": 1.0, "eval": 0.5}}, {"ratios": {"compile": 8.0, "rss": 1.0, "eval": 2.0}}]
+    assert bench.geomeans(results) == pytest.approx({"compile": 4.0, "rss": 1.0, "eval": 1.0})

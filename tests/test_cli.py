@@ -1,0 +1,193 @@
+"""The pmfast command line: help, models, clean errors, sample (incl. Ctrl-C), inspect and bench."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from cli.app import app
+
+TINY = '''
+import numpy as np
+import pymc as pm
+
+
+def build_model():
+    with pm.Model() as m:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        s = pm.HalfNormal("s", 1.0)
+        pm.Normal("y", mu, s, observed=np.array([0.1, -0.3, 0.5, 1.2]))
+    return m
+
+
+def with_point():
+    return build_model(), {"mu": 0.2}
+
+
+def discrete():
+    with pm.Model() as m:
+        pm.Poisson("k", 3.0)
+    return m
+
+
+def not_a_model():
+    return 42
+
+
+def broken():
+    raise RuntimeError("kaboom")
+'''
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("models") / "tiny.py"
+    path.write_text(TINY)
+    (path.parent / "crashes.py").write_text("import no_such_module_pmfast\n")
+    return path
+
+
+def invoke(*args):
+    return runner.invoke(app, [str(a) for a in args])
+
+
+def assert_clean_error(result, *facts):
+    assert result.exit_code != 0
+    assert "Traceback" not in result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for fact in facts:
+        assert fact in lines[0], lines[0]
+
+
+def test_help_is_fast_and_lazy():
+    code = "import cli.app, sys; assert 'pymc' not in sys.modules and 'nutpie' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "cli.app", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert time.perf_counter() - t0 < 10
+    for command in ("sample", "bench", "inspect", "models"):
+        assert command in proc.stdout
+
+
+@pytest.mark.parametrize("command", ["sample", "bench", "inspect", "models"])
+def test_command_help(command):
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    assert "Usage" in result.output
+
+
+def test_models_lists_the_zoo():
+    import models
+
+    result = invoke("models")
+    assert result.exit_code == 0
+    lines = result.stdout.strip().splitlines()
+    assert len(lines) == len(models.ZOO)
+    assert any(line.startswith("*") and models.DEFAULT in line for line in lines)
+
+
+@pytest.mark.parametrize(
+    "args, facts",
+    [
+        (["{dir}/missing.py"], ["not found", "missing.py"]),
+        (["{tiny}:nope"], ["no function", "nope"]),
+        (["{tiny}:not_a_model"], ["returned int", "pymc.Model"]),
+        (["{tiny}:discrete"], ["discrete", "NUTS", "k"]),
+        (["{tiny}:broken"], ["tiny.py", "failed", "RuntimeError: kaboom"]),
+        (["{dir}/crashes.py"], ["crashes.py failed", "ModuleNotFoundError"]),
+        (["no_such_zoo_model"], ["unknown zoo model", "no_such_zoo_model"]),
+        (["radon_intercept:n_obs"], ["bad size argument"]),
+        (["radon_intercept:bogus=1"], ["radon_intercept failed", "TypeError", "bogus"]),
+        (["{tiny}", "--passes", "no_such_pass"], ["unknown pass", "no_such_pass"]),
+        (["{tiny}", "--draws", "0"], ["--draws", "positive"]),
+        (["{tiny}", "--chains", "-2"], ["--chains", "positive"]),
+        (["{tiny}", "--tune", "-1"], ["--tune", "non-negative"]),
+    ],
+)
+def test_sample_bad_input(tiny, args, facts):
+    args = [a.format(tiny=tiny, dir=tiny.parent) for a in args]
+    assert_clean_error(invoke("sample", *args, "--no-progress"), *facts)
+
+
+@pytest.mark.parametrize(
+    "args, facts",
+    [
+        (["inspect", "no_such_zoo_model"], ["unknown zoo model"]),
+        (["inspect", "{tiny}", "--passes", "no_such_pass"], ["unknown pass"]),
+        (["bench", "{tiny}:nope", "--repeats", "5"], ["no function", "nope"]),
+        (["bench", "no_such_zoo_model"], ["unknown zoo model"]),
+        (["bench", "{tiny}", "--passes", "no_such_pass"], ["unknown pass"]),
+        (["bench", "{tiny}", "--repeats", "2"], ["--repeats"]),
+    ],
+)
+def test_other_commands_bad_input(tiny, args, facts):
+    args = [a.format(tiny=tiny) for a in args]
+    assert_clean_error(invoke(*args), *facts)
+
+
+def test_sample_writes_trace_and_plot(tiny, tmp_path):
+    import arviz as az
+
+    out, png = tmp_path / "trace.nc", tmp_path / "trace.png"
+    result = invoke(
+        "sample", f"{tiny}:with_point", "--draws", 100, "--tune", 100, "--chains", 2, "--seed", 1,
+        "--out", out, "--plot", png,
+    )
+    assert result.exit_code == 0, result.output
+    assert "mu" in result.stdout and "r_hat" in result.stdout
+    assert "compile" in result.stderr and "sampling" in result.stderr
+    assert out.is_file() and png.stat().st_size > 1000
+    assert not list(tmp_path.glob(".*.tmp"))
+    idata = az.from_netcdf(out)
+    assert idata.posterior.sizes["chain"] == 2 and idata.posterior.sizes["draw"] == 100
+    assert "mu" in idata.posterior
+
+
+def test_interrupted_sample_still_writes_draws(tiny, tmp_path, monkeypatch):
+    import arviz as az
+    import nutpie  # noqa: F401
+
+    background = sys.modules["nutpie.sample"]._BackgroundSampler
+
+    def wait(self, *, timeout=None):
+        time.sleep(1.0)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(background, "wait", wait)
+    out = tmp_path / "partial.nc"
+    result = invoke("sample", tiny, "--draws", 10**7, "--tune", 50, "--chains", 2, "--out", out, "--no-progress")
+    assert result.exit_code == 130, result.output
+    assert "interrupted" in result.stderr
+    assert "Traceback" not in result.output
+    idata = az.from_netcdf(out)
+    assert 0 < idata.posterior.sizes["draw"] < 10**7
+    assert int(idata.attrs["pmfast_interrupted"]) == 1
+
+
+def test_inspect(tiny):
+    result = invoke("inspect", tiny, "--dprint")
+    assert result.exit_code == 0, result.output
+    for fact in ("passes fired", "nodes by op", "total", "numba: logp+grad kernel", "_unconstrained_point"):
+        assert fact in result.stdout
+
+
+def test_bench_json(tiny, tmp_path):
+    report = tmp_path / "bench.json"
+    result = invoke("bench", tiny, "--repeats", 5, "--json", report)
+    assert result.exit_code == 0, result.output
+    assert "geomean" in result.stdout and "tiny.py" in result.stdout
+    data = json.loads(report.read_text())
+    [r] = data["results"]
+    for side in ("stock", "pmfast"):
+        assert r[side]["compile_s"] > 0 and r[side]["rss_mb"] > 0 and r[side]["eval_us"] > 0
+        assert len(r[side]["eval_us_repeats"]) == 5
+    assert r["stock"]["passes"] == []
+    assert r["parity"]["logp"] < 1e-8 and r["parity"]["grad"] < 1e-8
+    assert set(r["ratios"]) == set(data["geomean"]) == {"compile", "rss", "eval"}
