@@ -1,0 +1,712 @@
+"""Tests of the ``indexed_elemwise`` pass, its op and its loop description.
+
+Compiled functions are cached per graph structure (numba compiles are slow);
+hypothesis varies only the data.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from pytensor.compile.mode import Mode
+from pytensor.tensor.subtensor import AdvancedIncSubtensor1, AdvancedSubtensor1
+
+import pmfast.passes.indexed_elemwise as ie
+from pmfast.loops import INC, SET, STORE, SUM, IndexedLoop, Read, Write, evaluate
+from pmfast.loops.codegen import generate_source
+from pmfast.mode import get_mode
+from pmfast.passes import fired
+
+SETTINGS = settings(
+    max_examples=15,
+    deadline=None,
+    derandomize=True,  # reproducible in CI; compiled functions are reused across examples
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+PASS = ["indexed_elemwise"]
+
+
+def _fused_nodes(fn):
+    return [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, ie.IndexedElemwise)]
+
+
+def _count(fn, op_type):
+    return sum(isinstance(n.op, op_type) for n in fn.maker.fgraph.toposort())
+
+
+def _py_reference(fn):
+    """The compiled (rewritten) graph of ``fn`` run by the python linker: the ops' ``perform``."""
+    fg = fn.maker.fgraph.clone()
+    return pytensor.function(fg.inputs, fg.outputs, mode=Mode(linker="py", optimizer=None), accept_inplace=True)
+
+
+@functools.cache
+def _compiled(structure: str, *params):
+    """(pmfast fn, stock fn, py-reference fn) for a named graph structure."""
+    inputs, outputs = STRUCTURES[structure](*params)
+    fused = pytensor.function(inputs, outputs, mode=get_mode(PASS))
+    stock = pytensor.function(inputs, outputs, mode=get_mode("none"))
+    return fused, stock, _py_reference(fused)
+
+
+def _check(structure, args, *params, rtol=1e-10):
+    fused, stock, ref = _compiled(structure, *params)
+    copies = [np.copy(a) for a in args]
+    got = fused(*args)
+    want = stock(*copies)
+    for a, c in zip(args, copies):
+        np.testing.assert_array_equal(a, c)  # inputs never mutated
+    got_ref = ref(*copies)
+    for g, w, r in zip(got, want, got_ref):
+        np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-12)
+        np.testing.assert_allclose(g, r, rtol=rtol, atol=1e-12)
+    return fused
+
+
+# --- graph structures ---------------------------------------------------------
+
+
+def _seed(idx_dtype="int64"):
+    x = pt.dvector("x")
+    idx = pt.vector("idx", dtype=idx_dtype)
+    value = pt.dvector("value")
+    out = ((x[idx] - value) ** 2).sum()
+    return [x, idx, value], [out, pytensor.grad(out, x)]
+
+
+def _scalar_bcast():
+    # a scalar (broadcast along the loop) and a non-gathered operand
+    x = pt.dvector("x")
+    idx = pt.lvector("idx")
+    v = pt.dvector("v")
+    s = pt.dscalar("s")
+    out = pt.exp(x[idx] * s) + v
+    cost = (out * v).sum()
+    return [x, idx, v, s], [out, pytensor.grad(cost, x), pytensor.grad(cost, s)]
+
+
+def _two_index():
+    a = pt.dvector("a")
+    b = pt.dvector("b")
+    i = pt.lvector("i")
+    j = pt.ivector("j")
+    y = pt.dvector("y")
+    mu = a[i] + b[j] * 2.0
+    cost = ((y - mu) ** 2).sum()
+    return [a, b, i, j, y], [cost, *pytensor.grad(cost, [a, b])]
+
+
+def _inc_set(set_instead_of_inc: bool):
+    x = pt.dvector("x")
+    idx = pt.lvector("idx")
+    v = pt.dvector("v")
+    target = pt.dvector("target")  # a graph input: must never be written in place
+    y = pt.sin(x[idx]) * v
+    if set_instead_of_inc:
+        res = pt.set_subtensor(target[idx], y)
+    else:
+        res = pt.inc_subtensor(target[idx], y)
+    return [x, idx, v, target], [res]
+
+
+def _multi_client():
+    x = pt.dvector("x")
+    idx = pt.lvector("idx")
+    v = pt.dvector("v")
+    y = pt.tanh(x[idx] + v)
+    z = pt.zeros_like(x)
+    res = pt.inc_subtensor(z[idx], y)
+    return [x, idx, v], [res, y, y.sum()]
+
+
+def _bcast_index():
+    # index vector of static length 1: the gathered operand broadcasts
+    x = pt.dvector("x")
+    idx = pt.tensor("idx", dtype="int64", shape=(1,))
+    v = pt.dvector("v")
+    return [x, idx, v], [x[idx] * v + 1.0]
+
+
+def _rows():
+    # row gathers of a matrix (2-d loop): data times gathered rows, a row and a column broadcast
+    beta = pt.dmatrix("beta")
+    idx = pt.lvector("idx")
+    X = pt.dmatrix("X")
+    r = pt.tensor("r", dtype="float64", shape=(1, None))
+    c = pt.tensor("c", dtype="float64", shape=(None, 1))
+    eta = X * beta[idx] + r * c
+    cost = (pt.sigmoid(eta) ** 2).sum()
+    return [beta, idx, X, r, c], [cost, *pytensor.grad(cost, [beta, r])]
+
+
+def _hier_logistic():
+    # hier_logistic's shape: a partial Sum over the gathered rows' axis 1
+    beta = pt.dmatrix("beta")
+    idx = pt.ivector("idx")
+    X = pt.dmatrix("X")
+    y = pt.dvector("y")
+    logit = (X * beta[idx]).sum(-1)
+    cost = (y * logit - pt.softplus(logit)).sum()
+    return [beta, idx, X, y], [cost, pytensor.grad(cost, beta)]
+
+
+def _pairwise():
+    # Bradley-Terry shape: the same parameter gathered twice; the gradient chains two scatters
+    skill = pt.dvector("skill")
+    p1 = pt.lvector("p1")
+    p2 = pt.bvector("p2")
+    y = pt.dvector("y")
+    d = skill[p1] - skill[p2]
+    cost = (y * d - pt.softplus(d)).sum() - (skill**2).sum()
+    return [skill, p1, p2, y], [cost, pytensor.grad(cost, skill)]
+
+
+STRUCTURES = {
+    "pairwise": _pairwise,
+    "rows": _rows,
+    "hier_logistic": _hier_logistic,
+    "seed": _seed,
+    "scalar_bcast": _scalar_bcast,
+    "two_index": _two_index,
+    "inc_set": _inc_set,
+    "multi_client": _multi_client,
+    "bcast_index": _bcast_index,
+}
+
+
+def _index_data(draw, n, size, dtype):
+    info = np.iinfo(dtype)
+    lo = max(-size, int(info.min))
+    hi = min(size - 1, int(info.max))
+    vals = draw(st.lists(st.integers(lo, hi), min_size=n, max_size=n))
+    return np.array(vals, dtype=dtype)
+
+
+@st.composite
+def seed_data(draw, dtype="int64"):
+    size = draw(st.integers(1, 20))
+    n = draw(st.integers(0, 40))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    idx = _index_data(draw, n, size, dtype)
+    return rng.normal(size=size), idx, rng.normal(size=n)
+
+
+# --- the loop description (no compilation) --------------------------------------
+
+
+def _composite():
+    import pytensor.scalar as ps
+
+    a, b = ps.float64("a"), ps.float64("b")
+    d = a - b
+    return ps.Composite([a, b], [d**2, 2 * d])
+
+
+def test_loop_str_and_derived_facts():
+    loop = IndexedLoop(_composite(), (Read(0, 1), Read(2)), (Write(0), Write(1, INC, buffer=3, index=1)))
+    s = str(loop)
+    assert "a0 = $0[$1[i]]" in s and "a1 = $2[i]" in s
+    assert "out1 = copy($3)" in s and "out1[$1[i]] += o1" in s
+    assert loop.n_inputs == 4 and loop.n_outputs == 2
+    assert loop.driver() == 1 and loop.length_checked() == (1, 2)
+    assert "$3[$1[i]] += o1" in loop.short()
+
+
+def test_loop_validation():
+    c = _composite()
+    with pytest.raises(ValueError):
+        IndexedLoop(c, (Read(0, 1),), (Write(0),))  # wrong arity
+    with pytest.raises(ValueError):
+        IndexedLoop(c, (Read(0, 1), Read(2)), (Write(0, INC, buffer=0, index=1),))  # buffer also read
+    with pytest.raises(ValueError):
+        IndexedLoop(c, (Read(0, broadcast=True), Read(2, broadcast=True)), (Write(0),))  # no loop length
+    with pytest.raises(ValueError):
+        Write(0, STORE, buffer=1, index=2)
+
+
+def test_evaluate_matches_numpy():
+    loop = IndexedLoop(_composite(), (Read(0, 1), Read(2)), (Write(0), Write(1, INC, buffer=3, index=1)))
+    x = np.array([1.0, 2.0, 3.0])
+    idx = np.array([0, -1, 2, 2, 0], dtype=np.int8)
+    v = np.arange(5.0)
+    buf = np.ones(3)
+    o0, o1 = evaluate(loop, [x, idx, v, buf], ["float64", "float64"])
+    d = x[idx] - v
+    np.testing.assert_allclose(o0, d**2)
+    want = buf.copy()
+    np.add.at(want, idx, 2 * d)
+    np.testing.assert_allclose(o1, want)
+    assert buf.tolist() == [1.0, 1.0, 1.0]
+    with pytest.raises(IndexError):
+        evaluate(loop, [x, np.array([3]), np.ones(1), buf], ["float64", "float64"])
+    loop_set = IndexedLoop(_composite(), (Read(0, 1), Read(2)), (Write(1, SET, buffer=3, index=1),))
+    (o,) = evaluate(loop_set, [x, np.array([0, 0]), np.array([5.0, 7.0]), buf], ["float64"])
+    assert o[0] == 2 * (1.0 - 7.0)  # last write wins
+
+
+def test_evaluate_sum_write():
+    loop = IndexedLoop(_composite(), (Read(0, 1), Read(2)), (Write(0, SUM), Write(0)))
+    x = np.array([1.0, 2.0])
+    idx = np.array([1, 0, 1], dtype=np.uint8)
+    v = np.array([0.5, 0.25, 3.0])
+    total, stored = evaluate(loop, [x, idx, v], ["float64", "float64"])
+    assert total.shape == () and total == pytest.approx(((x[idx] - v) ** 2).sum())
+    np.testing.assert_allclose(stored, (x[idx] - v) ** 2)
+    (empty,) = evaluate(
+        IndexedLoop(_composite(), (Read(0, 1), Read(2)), (Write(0, SUM),)),
+        [x, np.zeros(0, dtype=np.int64), np.zeros(0)],
+        ["float64"],
+    )
+    assert empty == 0.0
+    assert "out0 = 0" in str(loop) and "out0 += o0" in str(loop)
+
+
+def test_generated_source_checks_bounds():
+    loop = IndexedLoop(_composite(), (Read(0, 1), Read(2)), (Write(1, INC, buffer=3, index=1),))
+    for dt in ("int8", "uint16", "uint64", "int64"):
+        src = generate_source(loop, ["float64", dt, "float64", "float64"], ["float64"])
+        compile(src, "<test>", "exec")
+        assert src.count("raise IndexError") == 2
+        assert ("+= size0" in src) == dt.startswith("int")
+
+
+# --- the pass on the seed example --------------------------------------------------
+
+
+def test_seed_is_fused():
+    fused, stock, _ = _compiled("seed", "int64")
+    assert len(_fused_nodes(fused)) == 1
+    assert _count(fused, AdvancedSubtensor1) == 0
+    assert _count(fused, AdvancedIncSubtensor1) == 0
+    assert _count(stock, AdvancedIncSubtensor1) == 1
+    assert fired(fused) == {"indexed_elemwise": 1}
+    assert fired(stock) == {}
+    (node,) = _fused_nodes(fused)
+    assert "IndexedElemwise" in str(node.op)
+    assert [w.mode for w in node.op.loop.writes] == [SUM, INC]  # the cost's Sum is absorbed too
+    assert node.op.loop.inplace  # the gradient's zeros buffer is written in place
+    rng = np.random.default_rng(1)
+    args = (rng.normal(size=15), rng.integers(-15, 15, 10_000), rng.normal(size=10_000))
+    _check("seed", args, "int64")
+    # the kernel as nutpie calls it
+    got = fused.vm.jit_fn(*args)
+    want = stock.vm.jit_fn(*args)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-12)
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+
+
+@SETTINGS
+@given(seed_data())
+def test_seed_hypothesis(args):
+    _check("seed", args, "int64")
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int16", "int32", "uint8", "uint32", "uint64"])
+@settings(max_examples=4, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_seed_index_dtypes(dtype, data):
+    args = data.draw(seed_data(dtype))
+    fused = _check("seed", args, dtype)
+    assert len(_fused_nodes(fused)) == 1
+
+
+@pytest.mark.parametrize("dtype", ["int64", "int8", "uint64"])
+def test_out_of_range_raises_index_error(dtype):
+    fused, stock, ref = _compiled("seed", dtype)
+    x = np.ones(5)
+    bad = [5, 7] if dtype.startswith("u") else [5, -6]
+    for b in bad:
+        idx = np.array([0, b, 1], dtype=dtype)
+        for f in (fused, stock, ref):
+            with pytest.raises(IndexError):
+                f(x, idx, np.ones(3))
+    if dtype == "uint64":
+        with pytest.raises(IndexError):
+            fused(x, np.array([2**64 - 1], dtype=dtype), np.ones(1))
+
+
+def test_without_sum_absorption(monkeypatch):
+    monkeypatch.setattr(ie, "FUSE_SUM", False)
+    inputs, outputs = _seed()
+    fn = pytensor.function(inputs, outputs, mode=get_mode(PASS))
+    (node,) = _fused_nodes(fn)
+    assert [w.mode for w in node.op.loop.writes] == [STORE, INC]
+    _, stock, _ = _compiled("seed", "int64")
+    args = (np.arange(3.0), np.array([2, 2, -1, 0]), np.ones(4))
+    for g, w in zip(fn(*args), stock(*args)):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+
+
+def test_length_mismatch_raises():
+    fused, _, _ = _compiled("seed", "int64")
+    with pytest.raises(ValueError):
+        fused(np.ones(5), np.array([0, 1, 2]), np.ones(4))
+    with pytest.raises(ValueError):  # no runtime broadcasting, like the stock Elemwise
+        fused(np.ones(5), np.array([0, 1, 2]), np.ones(1))
+
+
+# --- other patterns --------------------------------------------------------------
+
+
+@SETTINGS
+@given(data=st.data())
+def test_scalar_and_direct_operands(data):
+    x, idx, v = data.draw(seed_data())
+    s = data.draw(st.floats(-1, 1))
+    fused = _check("scalar_bcast", (x, idx, v, np.float64(s)))
+    assert len(_fused_nodes(fused)) >= 1
+    assert _count(fused, AdvancedIncSubtensor1) == 0
+
+
+@SETTINGS
+@given(data=st.data())
+def test_two_index_arrays(data):
+    na = data.draw(st.integers(1, 10))
+    nb = data.draw(st.integers(1, 10))
+    n = data.draw(st.integers(0, 30))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    i = _index_data(data.draw, n, na, "int64")
+    j = _index_data(data.draw, n, nb, "int32")
+    fused = _check("two_index", (rng.normal(size=na), rng.normal(size=nb), i, j, rng.normal(size=n)))
+    assert _count(fused, AdvancedSubtensor1) == 0
+    assert _count(fused, AdvancedIncSubtensor1) == 0
+
+
+@pytest.mark.parametrize("set_instead_of_inc", [False, True])
+@SETTINGS
+@given(data=st.data())
+def test_inc_and_set_with_repeats(set_instead_of_inc, data):
+    x, idx, v = data.draw(seed_data())
+    target = np.random.default_rng(0).normal(size=x.shape[0])
+    fused = _check("inc_set", (x, idx, v, target), set_instead_of_inc)
+    assert _count(fused, AdvancedIncSubtensor1) == 0
+    (node,) = _fused_nodes(fused)
+    mode = SET if set_instead_of_inc else INC
+    assert [w.mode for w in node.op.loop.writes] == [mode]
+    assert node.op.loop.inplace == ()  # the target is a graph input
+
+
+def test_set_last_write_wins():
+    fused, stock, _ = _compiled("inc_set", True)
+    x = np.array([0.5, 1.0])
+    idx = np.array([1, 1, 1])
+    v = np.array([1.0, 2.0, 3.0])
+    out = fused(x, idx, v, np.zeros(2))[0]
+    assert out[1] == np.sin(1.0) * 3.0
+    np.testing.assert_array_equal(out, stock(x, idx, v, np.zeros(2))[0])
+
+
+@SETTINGS
+@given(seed_data())
+def test_multi_client_output(args):
+    fused = _check("multi_client", args)
+    (node,) = _fused_nodes(fused)
+    assert sorted(w.mode for w in node.op.loop.writes) == [INC, STORE, SUM]
+
+
+@SETTINGS
+@given(data=st.data())
+def test_broadcast_index(data):
+    size = data.draw(st.integers(1, 10))
+    n = data.draw(st.integers(0, 20))
+    idx = _index_data(data.draw, 1, size, "int64")
+    fused = _check("bcast_index", (np.arange(size, dtype=float), idx, np.arange(n, dtype=float)))
+    (node,) = _fused_nodes(fused)
+    assert node.op.loop.reads[0].broadcast
+
+
+def test_broadcast_index_out_of_range_with_empty_loop():
+    fused, stock, _ = _compiled("bcast_index")
+    for f in (fused, stock):
+        with pytest.raises(IndexError):
+            f(np.ones(3), np.array([3]), np.ones(0))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_chained_scatters(data):
+    skill, p1, y = data.draw(seed_data())
+    p2 = _index_data(data.draw, p1.shape[0], min(skill.shape[0], 127), "int8")
+    fused = _check("pairwise", (skill, p1, p2, y))
+    assert _count(fused, AdvancedSubtensor1) == 0
+    assert _count(fused, AdvancedIncSubtensor1) == 0
+    assert any(w.also for n in _fused_nodes(fused) for w in n.op.loop.writes)
+
+
+def test_evaluate_chained_inc():
+    loop = IndexedLoop(
+        _composite(), (Read(0, 1), Read(0, 2)), (Write(1, INC, buffer=3, index=1, also=((0, 2),)),)
+    )
+    assert "out0[$1[i]] += o1" in str(loop) and "out0[$2[i]] += o0" in str(loop)
+    x = np.arange(4.0)
+    i1 = np.array([0, 1, 3, 3])
+    i2 = np.array([1, 1, -1, 2], dtype=np.int16)
+    (got,) = evaluate(loop, [x, i1, i2, np.ones(4)], ["float64"])
+    d = x[i1] - x[i2]
+    want = np.ones(4)
+    np.add.at(want, i1, 2 * d)
+    np.add.at(want, i2, d**2)
+    np.testing.assert_allclose(got, want)
+    with pytest.raises(ValueError):
+        Write(0, SET, buffer=3, index=1, also=((0, 2),))
+
+
+# --- 2-d loops (gathers of rows) ----------------------------------------------
+
+
+@st.composite
+def rows_data(draw, idx_dtype="int64"):
+    g = draw(st.integers(1, 8))
+    k = draw(st.integers(0, 4))
+    n = draw(st.integers(0, 25))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    idx = _index_data(draw, n, g, idx_dtype)
+    return rng.normal(size=(g, k)), idx, rng.normal(size=(n, k))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_row_gathers_2d(data):
+    beta, idx, X = data.draw(rows_data())
+    rng = np.random.default_rng(1)
+    r = rng.normal(size=(1, beta.shape[1]))
+    c = rng.normal(size=(idx.shape[0], 1))
+    fused = _check("rows", (beta, idx, X, r, c))
+    assert _count(fused, AdvancedSubtensor1) == 0
+    assert _count(fused, AdvancedIncSubtensor1) == 0
+    assert any(n.op.loop.ndim == 2 for n in _fused_nodes(fused))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_hier_logistic_shape(data):
+    beta, idx, X = data.draw(rows_data("int32"))
+    # pytensor 2.38.3's python AdvancedIncSubtensor1.perform (used by the py reference for the
+    # scatter this graph keeps) wrongly flags a runtime broadcast when len(idx) == 1 and y is 2-d
+    assume(idx.shape[0] != 1 or beta.shape[0] == 1)
+    y = (np.random.default_rng(2).random(idx.shape[0]) < 0.5).astype(float)
+    fused = _check("hier_logistic", (beta, idx, X, y))
+    assert _count(fused, AdvancedSubtensor1) == 0
+    # the gradient's scatter is fed by (y - sigmoid(logit))[:, None] * X: nothing ties
+    # len(X) to len(idx) locally, so it stays stock (AdvancedIncSubtensor1 could broadcast)
+    assert _count(fused, AdvancedIncSubtensor1) == 1
+
+
+def _blocks():
+    # 3-d loop: gathered (k, m) blocks, a broadcast middle axis
+    beta = pt.dtensor3("beta")
+    idx = pt.wvector("idx")
+    X = pt.tensor("X", dtype="float64", shape=(None, 1, None))
+    cost = (pt.tanh(beta[idx] * X) ** 2).sum()
+    return [beta, idx, X], [cost, pytensor.grad(cost, beta)]
+
+
+STRUCTURES["blocks"] = _blocks
+
+
+@SETTINGS
+@given(data=st.data())
+def test_block_gathers_3d(data):
+    g, k, m = data.draw(st.integers(1, 5)), data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+    n = data.draw(st.integers(0, 12))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    idx = _index_data(data.draw, n, g, "int16")
+    fused = _check("blocks", (rng.normal(size=(g, k, m)), idx, rng.normal(size=(n, 1, m))))
+    (node,) = _fused_nodes(fused)
+    assert node.op.loop.ndim == 3
+    assert _count(fused, AdvancedIncSubtensor1) == 0
+
+
+def test_row_gather_shape_errors():
+    fused, stock, _ = _compiled("rows")
+    beta = np.ones((3, 2))
+    idx = np.array([0, 2])
+    for X in (np.ones((2, 3)), np.ones((2, 1))):  # a wrong width, a runtime broadcast
+        for f in (fused, stock):
+            with pytest.raises(ValueError):
+                f(beta, idx, X, np.ones((1, 2)), np.ones((2, 1)))
+    for f in (fused, stock):
+        with pytest.raises(IndexError):
+            f(beta, np.array([0, 3]), np.ones((2, 2)), np.ones((1, 2)), np.ones((2, 1)))
+
+
+# --- declines -----------------------------------------------------------------
+
+
+def test_declines_column_gather():
+    # x[:, idx] is an AdvancedSubtensor (not axis 0): left to stock
+    x = pt.dmatrix("x")
+    idx = pt.lvector("idx")
+    out = (pt.exp(x[:, idx]) * 2).sum()
+    inputs, outputs = [x, idx], [out, pytensor.grad(out, x)]
+    fused = pytensor.function(inputs, outputs, mode=get_mode(PASS))
+    stock = pytensor.function(inputs, outputs, mode=get_mode("none"))
+    assert not _fused_nodes(fused)
+    assert fired(fused) == {}
+    args = (np.random.default_rng(0).normal(size=(3, 4)), np.array([0, 3, 3, -1]))
+    for g, w in zip(fused(*args), stock(*args)):
+        np.testing.assert_allclose(g, w)
+
+
+def test_declines_write_target_read_by_loop():
+    # inc_subtensor(x[idx], f(x[idx])): the target is also a read source
+    x = pt.dvector("x")
+    idx = pt.lvector("idx")
+    res = pt.inc_subtensor(x[idx], pt.exp(x[idx]))
+    fused = pytensor.function([x, idx], res, mode=get_mode(PASS))
+    stock = pytensor.function([x, idx], res, mode=get_mode("none"))
+    for node in _fused_nodes(fused):
+        assert all(w.mode == STORE for w in node.op.loop.writes)
+    args = (np.arange(4.0), np.array([0, 0, 3]))
+    np.testing.assert_allclose(fused(*args), stock(*args))
+
+
+def test_declines_unproven_write_length():
+    # y's length is not tied to the write index: AdvancedIncSubtensor1 may broadcast y
+    x = pt.dvector("x")
+    v = pt.dvector("v")
+    idx = pt.lvector("idx")
+    res = pt.inc_subtensor(x[idx], pt.exp(v))
+    fused = pytensor.function([x, v, idx], res, mode=get_mode(PASS))
+    stock = pytensor.function([x, v, idx], res, mode=get_mode("none"))
+    assert not _fused_nodes(fused)
+    args = (np.zeros(4), np.array([1.0]), np.array([0, 0, 3]))
+    np.testing.assert_allclose(fused(*args), stock(*args))
+
+
+def test_rewrite_never_raises(monkeypatch):
+    def boom(fgraph, node):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(ie, "build_fused", boom)
+    inputs, outputs = _seed()
+    fn = pytensor.function(inputs, outputs, mode=get_mode(PASS))
+    assert not _fused_nodes(fn)
+
+
+# --- plugin and pymc ---------------------------------------------------------------
+
+
+def test_plugin_enables_on_stock_numba_mode():
+    from pmfast.mode import enabled
+
+    inputs, outputs = _seed()
+    with enabled(PASS):
+        fn = pytensor.function(inputs, outputs, mode="NUMBA")
+    assert len(_fused_nodes(fn)) == 1
+    assert fired(fn) == {"indexed_elemwise": 1}
+    fn2 = pytensor.function(inputs, outputs, mode="NUMBA")
+    assert not _fused_nodes(fn2)
+
+
+def _radon(n_obs=300, n_counties=20, seed=0):
+    import pymc as pm
+
+    rng = np.random.default_rng(seed)
+    county = rng.integers(0, n_counties, n_obs)
+    floor = rng.integers(0, 2, n_obs).astype(float)
+    y = rng.normal(size=n_obs)
+    with pm.Model() as model:
+        mu_a = pm.Normal("mu_a", 0, 1)
+        sigma_a = pm.HalfNormal("sigma_a", 1)
+        a = pm.Normal("a", mu_a, sigma_a, shape=n_counties)
+        b = pm.Normal("b", 0, 1, shape=n_counties)
+        sigma = pm.HalfNormal("sigma", 1)
+        mu = a[county] + b[county] * floor
+        pm.Normal("y", mu, sigma, observed=y)
+    return model
+
+
+def test_radon_like_model_logp_dlogp():
+    model = _radon()
+    fns = {
+        name: model.logp_dlogp_function(ravel_inputs=True, mode=get_mode(p))
+        for name, p in (("fused", PASS), ("stock", "none"))
+    }
+    fused_fn = fns["fused"]._pytensor_function
+    assert len(_fused_nodes(fused_fn)) >= 1
+    assert fired(fused_fn).get("indexed_elemwise", 0) >= 1
+    assert _count(fused_fn, AdvancedIncSubtensor1) == 0
+    assert not _fused_nodes(fns["stock"]._pytensor_function)
+    for f in fns.values():
+        f.set_extra_values({})
+    rng = np.random.default_rng(3)
+    n = sum(int(np.prod(v.shape)) for v in model.initial_point().values())
+    for _ in range(3):
+        q = rng.normal(size=n)
+        lf, gf = fns["fused"](q)
+        ls, gs = fns["stock"](q)
+        np.testing.assert_allclose(lf, ls, rtol=1e-9)
+        np.testing.assert_allclose(gf, gs, rtol=1e-9, atol=1e-12)
+
+
+def test_plugin_reaches_scan_inner_graph():
+    from pytensor.scan.op import Scan
+
+    from pmfast.mode import enabled
+
+    x = pt.dvector("x")
+    idx = pt.lmatrix("idx")
+    v = pt.dvector("v")
+
+    def step(i, x, v):  # the gather depends on the step: not pushed out of the scan
+        c = ((x[i] - v) ** 2).sum()
+        return c + pytensor.grad(c, x).sum()
+
+    res = pytensor.scan(step, sequences=[idx], non_sequences=[x, v], return_updates=False)
+    with enabled(PASS):
+        fused = pytensor.function([x, idx, v], res, mode="NUMBA")
+    stock = pytensor.function([x, idx, v], res, mode="NUMBA")
+    (scan_node,) = [n for n in fused.maker.fgraph.toposort() if isinstance(n.op, Scan)]
+    inner = [n for n in scan_node.op.fgraph.toposort() if isinstance(n.op, ie.IndexedElemwise)]
+    assert len(inner) == 1
+    assert fired(scan_node.op.fgraph) == {"indexed_elemwise": 1}
+    args = (np.arange(4.0), np.array([[3, 0, 0, -2, 1], [1, 1, 1, 1, 1]]), np.linspace(0, 1, 5))
+    np.testing.assert_allclose(fused(*args), stock(*args), rtol=1e-12)
+    np.testing.assert_allclose(fused(*args), stock(*args), rtol=1e-12)  # the pushed-out buffer is reused
+
+
+def test_write_into_view_of_a_read_source():
+    # the target is a view of a loop operand: it must never be written in place
+    x = pt.dvector("x")
+    idx = pt.lvector("idx")
+    base = x * 1.5
+    res = pt.inc_subtensor(base[1:][idx], pt.exp(base[idx]))
+    fused = pytensor.function([x, idx], res, mode=get_mode(PASS))
+    stock = pytensor.function([x, idx], res, mode=get_mode("none"))
+    (node,) = _fused_nodes(fused)
+    assert node.op.loop.inplace == ()  # the DestroyHandler refuses: base[1:] aliases base
+    args = (np.arange(5.0), np.array([0, 0, 3, -1]))
+    np.testing.assert_allclose(fused(*args), stock(*args), rtol=1e-12)
+    np.testing.assert_allclose(_py_reference(fused)(*args)[0], stock(*args), rtol=1e-12)
+
+
+def test_too_wide_nodes_drop_scatters_then_decline():
+    def build(n):
+        bs = [pt.dvector(f"b{i}") for i in range(n)]
+        idxs = [pt.lvector(f"i{i}") for i in range(n)]
+        y = pt.dvector("y")
+        cost = ((y - sum(b[i] for b, i in zip(bs, idxs))) ** 2).sum()
+        return [*bs, *idxs, y], [cost, *pytensor.grad(cost, bs)]
+
+    rng = np.random.default_rng(0)
+    for n, scattered in ((8, True), (12, False)):
+        inputs, outputs = build(n)
+        fn = pytensor.function(inputs, outputs, mode=get_mode(PASS))
+        (node,) = _fused_nodes(fn)
+        assert len(node.inputs) <= ie.MAX_ARGS
+        assert any(w.mode == INC for w in node.op.loop.writes) == scattered
+        stock = pytensor.function(inputs, outputs, mode=get_mode("none"))
+        args = [rng.normal(size=3) for _ in range(n)] + [rng.integers(-3, 3, 20) for _ in range(n)]
+        args.append(rng.normal(size=20))
+        for g, w in zip(fn(*args), stock(*args)):
+            np.testing.assert_allclose(g, w, rtol=1e-10)
+    # 16 gathers alone need 33 inputs: declined
+    inputs, outputs = build(16)
+    assert not _fused_nodes(pytensor.function(inputs, outputs, mode=get_mode(PASS)))
