@@ -143,4 +143,8 @@ def _load_builtin() -> None:
         importlib.import_module(mod)
 
 
-BUILTIN: list[str] = []
+BUILTIN: list[str] = [
+    "pmfast.passes.scan_dedup",
+    "pmfast.passes.indexed_elemwise",
+    "pmfast.passes.wide_split",
+]
