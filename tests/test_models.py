@@ -1,0 +1,54 @@
+import importlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from pytensor.compile.mode import Mode
+
+import models
+
+# pytensor's python Elemwise.perform cannot run Elemwise nodes with > 32 operands (numpy ufunc limit), which the
+# 40-term add of wide_additive produces under FAST_COMPILE; those models get C thunks with fast_compile rewrites.
+C_THUNKS = {"wide_additive"}
+
+
+@pytest.mark.parametrize("name", list(models.ZOO))
+def test_zoo_model(name):
+    import pymc as pm
+
+    model = models.load(name)()
+    assert isinstance(model, pm.Model)
+    assert importlib.import_module(f"models.{models.ZOO[name]}").__doc__.strip()
+    assert len(model.free_RVs) >= 1
+    assert all(rv.type.dtype.startswith("float") for rv in model.free_RVs), name
+    mode = Mode(linker="cvm", optimizer="fast_compile") if name in C_THUNKS else "FAST_COMPILE"
+    point = model.initial_point()
+    logp = model.compile_logp(mode=mode)(point)
+    dlogp = model.compile_dlogp(mode=mode)(point)
+    assert np.isfinite(logp)
+    assert dlogp.size == sum(np.size(v) for v in point.values())
+    assert np.all(np.isfinite(dlogp))
+
+
+def test_unknown_name():
+    with pytest.raises(KeyError, match="radon_intercept"):
+        models.load("no_such_model")
+
+
+def test_registry():
+    assert models.DEFAULT in models.ZOO
+    desc = dict(models.describe())
+    assert set(desc) == set(models.ZOO)
+    assert all(desc.values())
+
+
+def test_import_is_cheap():
+    code = "import sys, models; models.describe(); assert 'pymc' not in sys.modules and 'pytensor' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=models.__path__[0] + "/..")
+
+
+def test_wide_additive_blocks():
+    model = models.load("wide_additive")(n=3)
+    assert sorted(rv.name for rv in model.free_RVs) == ["b_0", "b_1", "b_2"]
+    assert all(rv.type.shape == (8, 20) for rv in model.free_RVs)
