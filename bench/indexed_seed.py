@@ -132,7 +132,12 @@ def zoo(names, clock=time.process_time, calls=200, repeats=5, rounds=3):
             res["stock"].append(time_us(stock.vm.jit_fn, a_s, calls, repeats, clock))
             res["pmfast"].append(time_us(fast.vm.jit_fn, a_f, calls, repeats, clock))
         s, f = min(res["stock"]), min(res["pmfast"])
-        print(f"{name:20s} stock {s:9.1f} us  pmfast {f:9.1f} us  ratio {f / s:.3f}", flush=True)
+        ms, mf = float(np.median(res["stock"])), float(np.median(res["pmfast"]))
+        print(
+            f"{name:20s} stock {s:9.1f} us  pmfast {f:9.1f} us  ratio {f / s:.3f}"
+            f"   (medians {ms:9.1f} / {mf:9.1f} us, ratio {mf / ms:.3f})",
+            flush=True,
+        )
         rows.append((name, s, f))
     return rows
 

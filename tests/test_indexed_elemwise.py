@@ -167,7 +167,24 @@ def _pairwise():
     return [skill, p1, p2, y], [cost, pytensor.grad(cost, skill)]
 
 
+def _lazy_switch():
+    # Bernoulli(logit_p=skill[p1] - skill[p2]) as pymc writes it: bounds check on the
+    # probability, a Switch on the observation between two softplus branches, nested Switches
+    skill = pt.dvector("skill")
+    p1 = pt.lvector("p1")
+    p2 = pt.ivector("p2")
+    y = pt.bvector("y")
+    d = skill[p1] - skill[p2]
+    p = pt.sigmoid(d)
+    ok = pt.all(pt.ge(p, 0.0)) & pt.all(pt.le(p, 1.0)) & ~pt.any(pt.isnan(d) & (y > 1))
+    lp = pt.switch(ok, pt.switch(pt.eq(y, 1), -pt.softplus(-d), -pt.softplus(d)), -np.inf)
+    lp2 = pt.switch(d > 0, pt.exp(-d) * p, pt.switch(d < -1, pt.log1p(pt.exp(d)), 2 * d))
+    cost = lp.sum() + lp2.sum()
+    return [skill, p1, p2, y], [cost, pytensor.grad(cost, skill), lp2]
+
+
 STRUCTURES = {
+    "lazy_switch": _lazy_switch,
     "pairwise": _pairwise,
     "rows": _rows,
     "hier_logistic": _hier_logistic,
@@ -248,6 +265,26 @@ def test_evaluate_matches_numpy():
     loop_set = IndexedLoop(_composite(), (Read(0, 1), Read(2)), (Write(1, SET, buffer=3, index=1),))
     (o,) = evaluate(loop_set, [x, np.array([0, 0]), np.array([5.0, 7.0]), buf], ["float64"])
     assert o[0] == 2 * (1.0 - 7.0)  # last write wins
+
+
+def test_evaluate_all_any_writes():
+    import pytensor.scalar as ps
+
+    from pmfast.loops.codegen import generate_source
+    from pmfast.loops.spec import ALL, ANY
+
+    a = ps.float64("a")
+    comp = ps.Composite([a], [a > 0, a < -1])
+    loop = IndexedLoop(comp, (Read(0, 1),), (Write(0, ALL), Write(1, ANY)))
+    assert "out0 &= o0" in loop.short() and "out1 |= o1" in loop.short()
+    assert "out0 = True" in str(loop) and "out1 = False" in str(loop)
+    x = np.array([1.0, 2.0, -3.0])
+    for idx, want in (([0, 1], (True, False)), ([0, 2], (False, True)), ([], (True, False))):
+        got = evaluate(loop, [x, np.array(idx, dtype="int64")], ["bool", "bool"])
+        assert (bool(got[0]), bool(got[1])) == want
+        assert got[0].shape == ()
+    src = generate_source(loop, ["float64", "int64"], ["bool", "bool"])
+    assert "acc0 = True" in src and "acc1 = False" in src
 
 
 def test_evaluate_sum_write():
@@ -710,3 +747,140 @@ def test_too_wide_nodes_drop_scatters_then_decline():
     # 16 gathers alone need 33 inputs: declined
     inputs, outputs = build(16)
     assert not _fused_nodes(pytensor.function(inputs, outputs, mode=get_mode(PASS)))
+
+
+# --- lazily evaluated Switch branches in the scalar body ------------------------
+
+
+def _scalar_graph():
+    import pytensor.scalar as ps
+
+    a, b = ps.float64("a"), ps.bool("b")
+    shared = ps.exp(a)  # used in both branches: computed once, before the if
+    heavy = ps.log1p(shared)
+    out = ps.switch(b, ps.softplus(a) + shared, ps.switch(a > 0, heavy, shared * 2))
+    cheap = ps.switch(b, a * 2, a + 1)  # cheap branches: stays a select
+    return ps.Composite([a, b], [out, cheap])
+
+
+def test_lazy_plan_and_source():
+    from pmfast.loops.codegen import lazy_composite_plan, lazy_composite_source
+
+    comp = _scalar_graph()
+    order, context, lazy = lazy_composite_plan(comp.fgraph)
+    names = {type(n.op.scalar_op if hasattr(n.op, "scalar_op") else n.op).__name__ for n in lazy}
+    assert names == {"Switch"}
+    assert len(lazy) == 2  # the outer switch and the nested one; not the cheap one
+    exp_node = next(n for n in order if type(n.op).__name__ == "Exp")
+    assert context[exp_node] == ()  # needed in both branches -> hoisted
+    src, nodes, consts = lazy_composite_source(comp.fgraph)
+    assert src.count("if ") == 2 and "else:" in src
+    assert sum(type(n.op).__name__ == "Exp" for n in nodes) == 1
+    assert sum(type(n.op).__name__ == "Log1p" for n in nodes) == 1
+    # nothing expensive under a switch -> no lazy body
+    import pytensor.scalar as ps
+
+    a, b = ps.float64("a"), ps.bool("b")
+    assert lazy_composite_source(ps.Composite([a, b], [ps.switch(b, a * 2, a - 1)]).fgraph) is None
+    # an op that can raise (integer division by zero): stock evaluation of every branch is kept
+    n, m = ps.int64("n"), ps.int64("m")
+    raising = ps.Composite([a, b, n, m], [ps.switch(b, ps.exp(a), ps.cast(n // m, "float64"))])
+    assert lazy_composite_source(raising.fgraph) is None
+
+
+@st.composite
+def lazy_data(draw):
+    size = draw(st.integers(1, 12))
+    n = draw(st.integers(0, 40))
+    seed = draw(st.integers(0, 2**32 - 1))
+    rng = np.random.default_rng(seed)
+    special = draw(st.sampled_from([None, np.inf, -np.inf, np.nan, 40.0, -40.0]))
+    skill = 3 * rng.normal(size=size)
+    if special is not None:
+        skill[draw(st.integers(0, size - 1))] = special
+    p1 = _index_data(draw, n, size, "int64")
+    p2 = _index_data(draw, n, size, "int32")
+    y = rng.integers(0, 2, n).astype("int8")
+    return skill, p1, p2, y
+
+
+@SETTINGS
+@given(lazy_data())
+def test_lazy_switch_matches_stock(args):
+    fused, stock, _ = _compiled("lazy_switch")
+    got = fused(*args)
+    want = stock(*[np.copy(a) for a in args])
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-10, atol=1e-12)  # also NaN where stock has NaN
+    from pmfast.loops.codegen import lazy_composite_source
+
+    lazy = [n for n in _fused_nodes(fused) if lazy_composite_source(n.op.loop.scalar_op.fgraph) is not None]
+    assert lazy, "no fused loop got a lazy scalar body"
+    from pytensor.tensor.math import All, Any
+
+    assert _count(fused, All) == 0 and _count(fused, Any) == 0  # absorbed as all/any writes
+
+
+def test_lazy_switch_structure_and_switch_off(monkeypatch):
+    rng = np.random.default_rng(1)
+    skill, p1, p2 = rng.normal(size=6), rng.integers(-6, 6, 30), rng.integers(-6, 6, 30).astype("int32")
+    y = rng.integers(0, 2, 30).astype("int8")
+    _check("lazy_switch", (skill, p1, p2, y))
+    monkeypatch.setattr(ie, "LAZY_SWITCH", False)
+    inputs, outputs = _lazy_switch()
+    eager = pytensor.function(inputs, outputs, mode=get_mode(PASS))
+    fused, _, _ = _compiled("lazy_switch")
+    for g, w in zip(fused(skill, p1, p2, y), eager(skill, p1, p2, y)):
+        np.testing.assert_allclose(g, w, rtol=1e-12)
+    with pytest.raises(IndexError):
+        fused(skill, np.array([6] * 30), p2, y)
+
+
+def test_lift_switches_same_op_branches():
+    import pytensor.scalar as ps
+
+    from pmfast.loops.codegen import lazy_composite_source, lift_switches
+
+    x, y = ps.float64("x"), ps.bool("y")
+    lp = ps.switch(y, -ps.softplus(-x), -ps.softplus(x))
+    comp = ps.Composite([x, y], [lp, -x])  # -x also used outside: the lifted graph still shares it
+    fg, n = lift_switches(comp.fgraph)
+    assert n == 2  # neg, then softplus
+    names = [type(nd.op).__name__ for nd in fg.toposort()]
+    assert names.count("Softplus") == 1 and names.count("Switch") == 1
+    assert sum(type(nd.op).__name__ == "Switch" for nd in comp.fgraph.toposort()) == 1  # the original is untouched
+    lifted = ps.Composite(fg.inputs, fg.outputs)
+    for xv in (-50.0, -3.0, 0.0, 0.5, 20.0, 40.0, np.inf, -np.inf, np.nan):
+        for yv in (True, False):
+            got, want = lifted.impl(xv, yv), comp.impl(xv, yv)
+            np.testing.assert_array_equal(np.asarray(got, dtype=float), np.asarray(want, dtype=float))
+    src = lazy_composite_source(comp.fgraph)[0]
+    assert "if " not in src  # nothing expensive left under a branch: a plain select
+
+
+def test_lift_switches_declines():
+    import pytensor.scalar as ps
+
+    from pmfast.loops.codegen import lift_switches
+
+    x, y = ps.float64("x"), ps.bool("y")
+    f = ps.float32("f")
+    e = ps.exp(x)
+    # a branch used elsewhere, different ops, different input types: nothing lifted
+    for outs in (
+        [ps.switch(y, e, ps.exp(-x)), e],
+        [ps.switch(y, ps.exp(x), ps.log1p(x))],
+        [ps.switch(y, ps.exp(x), ps.exp(ps.cast(f, "float64")) * 1.0)],
+        [ps.switch(y, ps.switch(y, x, x + 1), ps.switch(y, x * 2, x))],
+    ):
+        comp = ps.Composite([x, y, f], outs)
+        fg, n = lift_switches(comp.fgraph)
+        assert n == 0 and fg is comp.fgraph
+
+
+def test_broadcast_reads_hoisted_before_the_loop():
+    loop = IndexedLoop(_composite(), (Read(0, 1), Read(2, broadcast=True)), (Write(0, SUM), Write(1, STORE)))
+    src = generate_source(loop, ["float64", "int64", "float64"], ["float64", "float64"])
+    head, body = src.split("for i in range(n):")
+    assert "a1 = in2[0]" in head and "a1 =" not in body
+    assert "a0 = in0[j0]" in body

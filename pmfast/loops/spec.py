@@ -33,9 +33,14 @@ STORE = "store"
 INC = "inc"
 SET = "set"
 SUM = "sum"
-WRITE_MODES = (STORE, INC, SET, SUM)
+ALL = "all"
+ANY = "any"
+WRITE_MODES = (STORE, INC, SET, SUM, ALL, ANY)
 #: write modes whose node output is a 0-d reduction of the scalar output
-REDUCTIONS = (SUM,)
+#: (``sum``; ``all`` / ``any`` of a boolean output: pymc's parameter checks)
+REDUCTIONS = (SUM, ALL, ANY)
+#: printed operator of each reduction
+_RED_OP = {SUM: "+=", ALL: "&=", ANY: "|="}
 
 
 def _pos(d: int, bcast: bool) -> str:
@@ -82,6 +87,7 @@ class Write:
 
     ``mode``: ``"store"`` (a fresh output array of the loop's shape),
     ``"sum"`` (a 0-d accumulator: the sum of the scalar output over the loop),
+    ``"all"`` / ``"any"`` (a 0-d boolean accumulator of a boolean output),
     ``"inc"`` (``buffer[index[i], k1, ...] += o``, repeated indices accumulate
     like ``np.add.at``) or ``"set"`` (``buffer[index[i], k1, ...] = o``, last
     write wins). ``buffer``/``index``: node input positions for ``inc``/``set``;
@@ -121,15 +127,15 @@ class Write:
         rest = "".join(f", k{d}" for d in range(1, ndim))
         if self.mode == STORE:
             return f"[i{rest}]"
-        if self.mode == SUM:
+        if self.mode in REDUCTIONS:
             return ""
         return f"[${self.index}[i]{rest}]"
 
     def __str__(self) -> str:
         if self.mode == STORE:
             return f"[i] = o{self.output}"
-        if self.mode == SUM:
-            return f" += o{self.output}"
+        if self.mode in REDUCTIONS:
+            return f" {_RED_OP[self.mode]} o{self.output}"
         op = "+=" if self.mode == INC else "="
         return "; ".join(f"${self.buffer}[${p}[i]] {op} o{o}" for o, p in self.terms())
 
@@ -232,8 +238,8 @@ class IndexedLoop:
         parts = []
         rest = "".join(f", k{d}" for d in range(1, nd))
         for k, w in enumerate(self.writes):
-            op = "=" if w.mode in (STORE, SET) else "+="
-            if w.mode in (STORE, SUM):
+            op = "=" if w.mode in (STORE, SET) else _RED_OP.get(w.mode, "+=")
+            if w.mode == STORE or w.mode in REDUCTIONS:
                 parts.append(f"out{k}{w.target(nd)} {op} o{w.output}")
             else:
                 parts.extend(f"${w.buffer}[${p}[i]{rest}] {op} o{o}" for o, p in w.terms())
@@ -247,8 +253,8 @@ class IndexedLoop:
         for k, w in enumerate(self.writes):
             if w.mode == STORE:
                 lines.append(f"out{k} = empty({', '.join(['n'] + [f'm{d}' for d in range(1, nd)])})")
-            elif w.mode == SUM:
-                lines.append(f"out{k} = 0")
+            elif w.mode in REDUCTIONS:
+                lines.append(f"out{k} = {({SUM: '0', ALL: 'True', ANY: 'False'})[w.mode]}")
             else:
                 src = f"${w.buffer}" if w.buffer in self.inplace else f"copy(${w.buffer})"
                 lines.append(f"out{k} = {src}")
@@ -266,8 +272,8 @@ class IndexedLoop:
         lines.append(f"{ind}{outs} = {self.scalar_op}({args})")
         rest = "".join(f", k{d}" for d in range(1, nd))
         for k, w in enumerate(self.writes):
-            op = "=" if w.mode in (STORE, SET) else "+="
-            if w.mode in (STORE, SUM):
+            op = "=" if w.mode in (STORE, SET) else _RED_OP.get(w.mode, "+=")
+            if w.mode == STORE or w.mode in REDUCTIONS:
                 lines.append(f"{ind}out{k}{w.target(nd)} {op} o{w.output}")
             else:
                 lines.extend(f"{ind}out{k}[${p}[i]{rest}] {op} o{o}" for o, p in w.terms())
@@ -338,6 +344,10 @@ def evaluate(loop: IndexedLoop, inputs, out_dtypes, scalar_impl=None):
             continue
         if w.mode == SUM:
             outs.append(np.asarray(vals.sum(dtype=dtype), dtype=dtype))
+            continue
+        if w.mode in (ALL, ANY):
+            red = np.all if w.mode == ALL else np.any
+            outs.append(np.asarray(red(results[w.output].astype(bool)), dtype=dtype))
             continue
         buf = inputs[w.buffer].copy()
         pos = _normalize_index(inputs[w.index], buf.shape[0])

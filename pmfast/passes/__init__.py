@@ -1,18 +1,25 @@
 """pmfast's graph passes and the order they run in.
 
-Pipeline (positions in pytensor's global ``optdb``; stock entries for reference)::
+Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*``)::
 
-    0     merge
-    1     canonicalize
-    1.5   stabilize
-    1.6   scan_eqopt2 (scan_merge, scan_merge_inouts)
-    1.61  scan_save_mem
-    2     specialize
-    48    add_mul_fusion
-    49    elemwise_fusion
-    49.5  add_destroy_handler
-    50.5  inplace_elemwise
-    100   merge3
+    0      merge
+    1      canonicalize
+    1.5    stabilize
+    1.6    scan_eqopt2 (scan_merge, scan_merge_inouts)
+  * 1.605  scan_dedup        identical scan traces computed once; after merging,
+                             before save-mem drops dead outputs
+    1.61   scan_save_mem
+    2      specialize
+    48     add_mul_fusion    (flattens Add/Mul: anything split earlier is undone)
+    49     elemwise_fusion   (builds the Composites the next two passes work on)
+  * 49.15  wide_split        wide Add/Mul/Composite/Join/… into ≤ 30-argument pieces
+  * 49.2   indexed_elemwise  gathers + Composite + scatters (+ Sum) as one loop
+    49.5   add_destroy_handler
+    50.1   local_inplace_setsubtensor (makes wide_split's Join buffer destructive)
+    50.5   inplace_elemwise, scan_make_inplace
+    70.6   local_inplace_AdvancedIncSubtensor
+  * 70.65  indexed_elemwise  (inplace scatter buffers, validated by the destroy handler)
+    100    merge3
 
 Each pmfast pass documents where it sits and why at its registration.
 """

@@ -36,8 +36,8 @@ from hashlib import sha256
 
 import numpy as np
 
-from pmfast.loops.codegen import generate_source, source_key
-from pmfast.loops.spec import INC, SET, STORE, SUM, IndexedLoop, Read, Write, evaluate
+from pmfast.loops.codegen import LAZY_VERSION, generate_source, lazy_composite_source, source_key
+from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, IndexedLoop, Read, Write, evaluate
 from pmfast.passes.registry import record, register_pass
 
 _log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ from pytensor.graph.rewriting.basic import (  # noqa: E402
 from pytensor.graph.traversal import ancestors  # noqa: E402
 from pytensor.tensor.basic import as_tensor_variable  # noqa: E402
 from pytensor.tensor.elemwise import Elemwise  # noqa: E402
-from pytensor.tensor.math import Sum  # noqa: E402
+from pytensor.tensor.math import All, Any, Sum  # noqa: E402
 from pytensor.tensor.subtensor import AdvancedIncSubtensor1, AdvancedSubtensor1  # noqa: E402
 
 
@@ -127,7 +127,7 @@ class IndexedElemwise(Op):
         for w in loop.writes:
             if w.mode == STORE:
                 out.append(tuple(shape))
-            elif w.mode == SUM:
+            elif w.mode in REDUCTIONS:
                 out.append(())
             else:
                 out.append(tuple(shapes[w.buffer]))
@@ -151,8 +151,34 @@ class IndexedElemwise(Op):
 try:
     from pytensor.link.numba.cache import compile_numba_function_src
     from pytensor.link.numba.dispatch import basic as numba_basic
-    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
-    from pytensor.scalar.basic import get_scalar_type
+    from pytensor.link.numba.dispatch.basic import (
+        numba_funcify_and_cache_key,
+        numba_funcify_ensure_cache,
+        register_funcify_and_cache_key,
+    )
+    from pytensor.scalar.basic import Composite, get_scalar_type
+
+    def lazy_scalar_fn(scalar_op):
+        """A numba function for the Composite ``scalar_op`` whose expensive Switch
+        branches are evaluated only when taken (stock evaluates both), or ``None``.
+
+        Every inner node is still computed by its stock numba function; only
+        the order and the skipping of unused branches differ, so the values
+        are the same bit for bit.
+        """
+        if not LAZY_SWITCH or not isinstance(scalar_op, Composite):
+            return None
+        res = lazy_composite_source(scalar_op.fgraph, func_name="lazy_scalar")
+        if res is None:
+            return None
+        src, nodes, consts = res
+        env = {"np": np}
+        for k, n in enumerate(nodes):
+            env[f"f{k}"], _ = numba_funcify_ensure_cache(n.op, node=n)
+        for k, c in enumerate(consts):
+            env[f"c{k}"] = np.dtype(c.type.dtype).type(c.data)
+        fn = compile_numba_function_src(src, "lazy_scalar", env, write_to_disk=True)
+        return numba_basic.numba_njit(fn)
 
     @register_funcify_and_cache_key(IndexedElemwise)
     def numba_funcify_IndexedElemwise(op, node, **kwargs):
@@ -160,6 +186,13 @@ try:
         scalar_inputs = [get_scalar_type(dtype=node.inputs[r.array].type.dtype)() for r in loop.reads]
         scalar_node = loop.scalar_op.make_node(*scalar_inputs)
         scalar_fn, scalar_key = numba_funcify_and_cache_key(loop.scalar_op, node=scalar_node, **kwargs)
+        lazy = None
+        try:
+            lazy = lazy_scalar_fn(loop.scalar_op)
+        except Exception:  # never fail compilation: keep the stock Composite
+            _log.debug("indexed_elemwise: lazy scalar body declined", exc_info=True)
+        if lazy is not None:
+            scalar_fn = lazy
         in_dtypes = [i.type.dtype for i in node.inputs]
         out_dtypes = [o.type.dtype for o in node.outputs]
         src = generate_source(loop, in_dtypes, out_dtypes, func_name="indexed_elemwise_loop")
@@ -187,6 +220,7 @@ try:
                         source_key(loop, in_dtypes, out_dtypes),
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
+                        ("lazy", LAZY_VERSION) if lazy is not None else "stock",
                     )
                 ).encode()
             ).hexdigest()
@@ -201,9 +235,15 @@ except ImportError:  # pragma: no cover - numba backend unavailable
 _NUMERIC = "biuf"
 
 #: Also absorb a ``Sum`` (over all axes) of a fused output into the
-#: loop as a ``"sum"`` write (a 0-d accumulator), so that output is never
-#: materialised. Switch off to measure the pass without it.
+#: loop as a ``"sum"`` write (a 0-d accumulator), and an ``All`` / ``Any`` of a
+#: boolean output (pymc's parameter checks) as an ``"all"`` / ``"any"`` write,
+#: so that output is never materialised. Switch off to measure the pass without it.
 FUSE_SUM = True
+
+#: Evaluate the scalar Composite's Switch branches lazily when a branch owns an
+#: expensive op (``pmfast.loops.codegen.lazy_composite_source``); stock numba
+#: evaluates both. Switch off to measure without it.
+LAZY_SWITCH = True
 
 #: Largest Elemwise ndim fused (gathers act on axis 0; the other axes are inner loops).
 MAX_NDIM = 3
@@ -335,6 +375,18 @@ def _is_full_sum(client, out) -> bool:
     )
 
 
+def _full_bool_reduction(client, out):
+    """``ALL`` / ``ANY`` if ``client`` is ``All`` / ``Any`` over all of the boolean ``out``, else ``None``."""
+    c_op = getattr(client, "op", None)
+    if not isinstance(c_op, All | Any) or client.inputs[0] is not out:
+        return None
+    if c_op.axis is not None and sorted(c_op.axis) != list(range(out.type.ndim)):
+        return None
+    if out.type.dtype != "bool" or client.outputs[0].type.dtype != "bool" or client.outputs[0].type.ndim != 0:
+        return None
+    return ALL if isinstance(c_op, All) else ANY
+
+
 def build_fused(fgraph, node):
     """Return ``(replacements, new_node)`` for an Elemwise ``node``, or ``None`` to decline."""
     res = _build_fused(fgraph, node, scatters=True)
@@ -451,7 +503,9 @@ def _build_fused(fgraph, node, scatters: bool):
         sums = []
         for client, i in clients.get(out, []):
             if FUSE_SUM and _is_full_sum(client, out):
-                sums.append(client)
+                sums.append((SUM, client))
+            elif FUSE_SUM and _full_bool_reduction(client, out) is not None:
+                sums.append((_full_bool_reduction(client, out), client))
             elif client in primaries and i == 1:
                 scatters.append(client)
             elif client in chained and i == 1:
@@ -462,8 +516,8 @@ def _build_fused(fgraph, node, scatters: bool):
             writes.append(("store", k, None))
             out_types.append(out.type)
             replaced.append(out)
-        for client in sums:
-            writes.append(("sum", k, client))
+        for red, client in sums:
+            writes.append((red, k, client))
             out_types.append(client.outputs[0].type)
             replaced.append(client.outputs[0])
         for client in scatters:
@@ -482,8 +536,8 @@ def _build_fused(fgraph, node, scatters: bool):
     for mode, k, client in writes:
         if mode == "store":
             spec_writes.append(Write(k, STORE))
-        elif mode == "sum":
-            spec_writes.append(Write(k, SUM))
+        elif mode in REDUCTIONS:
+            spec_writes.append(Write(k, mode))
         else:
             target, _, widx = client.inputs
             widx_pos = pos(widx)
