@@ -107,3 +107,37 @@ def test_nutpie_kwargs_pass_through(small_model, compiled):
     point = compiled.initial_point_func(0)
     assert point.shape == (compiled.n_dim,)
     assert compiled.n_expanded == compiled.n_dim  # only mu requested: tau, sigma not expanded
+
+
+def _call_logp_cfunc(compiled, x, user_data, dim=None):
+    import ctypes
+
+    c_logp = ctypes.CFUNCTYPE(
+        ctypes.c_int64, ctypes.c_uint64, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p
+    )(compiled.compiled_logp_func.address)
+    grad, logp = np.zeros(compiled.n_dim), np.zeros(())
+    rc = c_logp(dim or compiled.n_dim, x.ctypes.data, grad.ctypes.data, logp.ctypes.data, user_data.ctypes.data)
+    return rc, float(logp), grad
+
+
+def test_sampler_callback_reads_shared_data_at_call_time(compiled):
+    """pmfast's cacheable C wrapper: same values as the pytensor function, data swapped without recompiling."""
+    x = np.linspace(-0.5, 0.5, compiled.n_dim)
+    rc, logp, grad = _call_logp_cfunc(compiled, x, compiled.user_data)
+    ref_logp, ref_grad = compiled.logp_func(x)
+    assert rc == 0 and logp == ref_logp and np.array_equal(grad, ref_grad)
+    assert _call_logp_cfunc(compiled, x, compiled.user_data, dim=compiled.n_dim + 1)[0] == -1
+
+    new_x = compiled.shared_data["x"] * 2.0
+    swapped = compiled.with_data(x=new_x)
+    rc, logp2, grad2 = _call_logp_cfunc(swapped, x, swapped.user_data)
+    (shared_x,) = [v for v in compiled.logp_func.get_shared() if v.name == "x"]
+    old = shared_x.get_value()
+    shared_x.set_value(new_x)
+    try:
+        ref_logp2, ref_grad2 = compiled.logp_func(x)
+    finally:
+        shared_x.set_value(old)
+    assert rc == 0 and logp2 != logp
+    assert logp2 == ref_logp2 and np.array_equal(grad2, ref_grad2)
+    assert swapped.compiled_logp_func is compiled.compiled_logp_func
