@@ -125,17 +125,16 @@ def compile_numba(
         val.flags.writeable = False
     user_data = _np_compile.make_user_data(shared_vars, shared_data)
 
-    with timed("numba: logp+grad kernel"):
-        logp_cfunc = wrappers.logp_cfunc(
+    callbacks = {
+        "logp+grad": wrappers.logp_wrapper(
             n_dim,
             logp_fn_pt.vm.jit_fn,
             user_data,
             [v.name for v in logp_fn_pt.get_shared()],
             shared_data,
             **cfunc_kwargs,
-        )
-    with timed("numba: expand kernel"):
-        expand_cfunc = wrappers.expand_cfunc(
+        ),
+        "expand": wrappers.expand_wrapper(
             n_dim,
             n_expanded,
             expand_fn_pt.vm.jit_fn,
@@ -143,7 +142,16 @@ def compile_numba(
             [v.name for v in expand_fn_pt.get_shared()],
             shared_data,
             **cfunc_kwargs,
-        )
+        ),
+    }
+    cfuncs = {}
+    for name, wrapper in callbacks.items():
+        if not wrapper.cached:
+            with timed(f"numba: {name} kernel"):
+                wrapper.compile_kernel()
+        with timed(f"numba: {name} wrapper" + (" (cached)" if wrapper.cached else "")):
+            cfuncs[name] = wrapper.compile(**cfunc_kwargs)
+    logp_cfunc, expand_cfunc = cfuncs["logp+grad"], cfuncs["expand"]
 
     dims, coords = _np_compile._prepare_dims_and_coords(model, shape_info)
     return PmfastCompiledModel(

@@ -134,7 +134,53 @@ def _loads(slots, dtypes):
     return "\n".join(lines) or "    pass", "".join(args)
 
 
-def _build(template, name, sig, jit_fn, user_data, shared_names, shared_data, consts, cfunc_kwargs):
+@dataclass
+class Wrapper:
+    """A generated sampler callback, ready to compile: its C signature, Python source function and cache key."""
+
+    sig: object
+    py_func: object
+    key: str | None
+    jit_fn: object
+    kernel_args: tuple
+
+    @property
+    def cached(self) -> bool:
+        """Whether a cache entry exists (the compile will most likely be a load)."""
+        return self.key is not None and bool(cache_files(self.key))
+
+    def compile_kernel(self) -> None:
+        """Compile the graph kernel for the types the wrapper calls it with (so it can be timed apart).
+
+        Calls it once on writable zero arrays of those types (the kernel is a
+        ``*args`` function, which ``Dispatcher.compile`` can't type); an error
+        raised by the evaluation itself is irrelevant here.
+        """
+        try:
+            self.jit_fn(*[np.zeros(shape, dtype) for shape, dtype in self.kernel_args])
+        except Exception as err:
+            if isinstance(err, numba.core.errors.NumbaError):
+                raise
+            log.debug("kernel evaluation at zeros raised %r (compiled anyway)", err)
+
+    def compile(self, **cfunc_kwargs):
+        """The ``numba.cfunc``: loaded from the cache when possible; a corrupt entry is rebuilt."""
+        if self.key is None:
+            stats["uncacheable"] += 1
+            return numba.cfunc(self.sig, **cfunc_kwargs)(self.py_func)
+        try:
+            cfunc = numba.cfunc(self.sig, cache=True, **cfunc_kwargs)(self.py_func)
+        except Exception as err:  # a corrupt or partial cache entry: drop it and compile afresh
+            log.warning("pmfast: discarding unreadable wrapper cache entry %s (%s)", self.key[:12], err)
+            discard_cache_entry(self.key)
+            stats["rebuilt"] += 1
+            cfunc = numba.cfunc(self.sig, cache=True, **cfunc_kwargs)(self.py_func)
+        stats["hits" if cfunc.cache_hits else "misses"] += 1
+        keys.append(self.key)
+        return cfunc
+
+
+def _prepare(template, name, sig, jit_fn, user_data, shared_names, shared_data, consts, cfunc_kwargs) -> Wrapper:
     from pmfast import __version__
     from pytensor.link.numba.cache import compile_numba_function_src
 
@@ -142,34 +188,22 @@ def _build(template, name, sig, jit_fn, user_data, shared_names, shared_data, co
     dtypes = [np.dtype(shared_data[n].dtype) for n in shared_names]
     load, args = _loads(slots, dtypes)
     src = template.format(load=load, args=args)
+    consts = {**consts, "UD_WORDS": user_data.dtype.itemsize // 8}
+    src = "\n".join(f"{k} = {v}" for k, v in sorted(consts.items())) + "\n" + src
     # __name__ makes numba treat the globals as a module's (cacheable environment).
     env = {"__name__": __name__, "numba": numba, "np": np, "jit_fn": jit_fn, "_void_ptr": _void_ptr}
     env.update({f"_dt{i}": dt.type for i, dt in enumerate(dtypes)})
-    consts = {**consts, "UD_WORDS": user_data.dtype.itemsize // 8}
-    src = "\n".join(f"{k} = {v}" for k, v in sorted(consts.items())) + "\n" + src
-    exec_env = dict(env)
     graph_key = graph_cache_key(jit_fn)
     key = None
     if graph_key is not None:
-        key = hashlib.sha256(
-            repr(
-                (WRAPPER_VERSION, __version__, numba.__version__, graph_key, src, [d.str for d in dtypes], sorted(cfunc_kwargs.items()))
-            ).encode()
-        ).hexdigest()
-    py_func = compile_numba_function_src(src, name, exec_env, exec_env, cache_key=key)
-    if key is None:
-        stats["uncacheable"] += 1
-        return numba.cfunc(sig, **cfunc_kwargs)(py_func)
-    try:
-        cfunc = numba.cfunc(sig, cache=True, **cfunc_kwargs)(py_func)
-    except Exception as err:  # a corrupt or partial cache entry: drop it and compile afresh
-        log.warning("pmfast: discarding unreadable wrapper cache entry %s (%s)", key[:12], err)
-        discard_cache_entry(key)
-        stats["rebuilt"] += 1
-        cfunc = numba.cfunc(sig, cache=True, **cfunc_kwargs)(py_func)
-    stats["hits" if cfunc.cache_hits else "misses"] += 1
-    keys.append(key)
-    return cfunc
+        ident = (WRAPPER_VERSION, __version__, numba.__version__, graph_key, src, [d.str for d in dtypes])
+        key = hashlib.sha256(repr((*ident, sorted(cfunc_kwargs.items()))).encode()).hexdigest()
+    py_func = compile_numba_function_src(src, name, env, env, cache_key=key)
+    kernel_args = (
+        ((consts["N_DIM"],), np.float64),
+        *[(np.shape(shared_data[n]), dt) for n, dt in zip(shared_names, dtypes)],
+    )
+    return Wrapper(sig, py_func, key, jit_fn, kernel_args)
 
 
 def cache_files(key: str) -> list:
@@ -184,21 +218,21 @@ def discard_cache_entry(key: str) -> None:
         path.unlink(missing_ok=True)
 
 
-def logp_cfunc(n_dim, jit_fn, user_data, shared_names, shared_data, **cfunc_kwargs):
+def logp_wrapper(n_dim, jit_fn, user_data, shared_names, shared_data, **cfunc_kwargs) -> Wrapper:
     """The ``logp(dim, x, grad_out, logp_out, user_data) -> int`` callback nutpie calls."""
     from numba import types as t
 
     sig = t.int64(t.uint64, t.CPointer(t.double), t.CPointer(t.double), t.CPointer(t.double), t.voidptr)
-    return _build(_LOGP, "logp_wrapper", sig, jit_fn, user_data, shared_names, shared_data, {"N_DIM": n_dim}, cfunc_kwargs)
+    return _prepare(_LOGP, "logp_wrapper", sig, jit_fn, user_data, shared_names, shared_data, {"N_DIM": n_dim}, cfunc_kwargs)
 
 
-def expand_cfunc(n_dim, n_expanded, jit_fn, user_data, shared_names, shared_data, **cfunc_kwargs):
+def expand_wrapper(n_dim, n_expanded, jit_fn, user_data, shared_names, shared_data, **cfunc_kwargs) -> Wrapper:
     """The ``expand(dim, n_expanded, x, out, user_data) -> int`` callback nutpie calls."""
     from numba import types as t
 
     sig = t.int64(t.uint64, t.uint64, t.CPointer(t.double), t.CPointer(t.double), t.voidptr)
     consts = {"N_DIM": n_dim, "N_EXPANDED": n_expanded}
-    return _build(_EXPAND, "expand_wrapper", sig, jit_fn, user_data, shared_names, shared_data, consts, cfunc_kwargs)
+    return _prepare(_EXPAND, "expand_wrapper", sig, jit_fn, user_data, shared_names, shared_data, consts, cfunc_kwargs)
 
 
 @numba.extending.intrinsic

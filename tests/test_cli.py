@@ -174,7 +174,7 @@ def test_interrupted_sample_still_writes_draws(tiny, tmp_path, monkeypatch):
 def test_inspect(tiny):
     result = invoke("inspect", tiny, "--dprint")
     assert result.exit_code == 0, result.output
-    for fact in ("passes fired", "nodes by op", "total", "numba: logp+grad kernel", "_unconstrained_point"):
+    for fact in ("passes fired", "nodes by op", "total", "numba: logp+grad wrapper", "_unconstrained_point"):
         assert fact in result.stdout
 
 

@@ -18,7 +18,8 @@ def test_compile_returns_what_nutpie_samples(compiled, small_model):
 
     assert isinstance(compiled, nutpie.compile_pymc.CompiledPyMCModel)
     assert compiled.n_dim == sum(int(np.prod(np.shape(v))) for v in small_model.initial_point().values())
-    assert set(compiled.timings) >= {"graphs + rewrites", "numba: logp+grad kernel"}
+    assert "graphs + rewrites" in compiled.timings
+    assert any(stage.startswith("numba: logp+grad wrapper") for stage in compiled.timings)
     idata = nutpie.sample(compiled, draws=1000, tune=500, chains=4, seed=1, progress_bar=False)
     assert float(az.rhat(idata).to_array().max()) <= 1.01
     assert idata.posterior["z"].shape == (4, 1000, 12)
