@@ -21,6 +21,26 @@ def hierarchical_model(n_obs=200, n_groups=12, seed=0):
     return model
 
 
+TINY_MODEL_SOURCE = '''
+import numpy as np
+import pymc as pm
+
+
+def build_model():
+    with pm.Model() as m:
+        mu = pm.Normal("mu", 0.0, 1.0)
+        s = pm.HalfNormal("s", 1.0)
+        pm.Normal("y", mu, s, observed=np.array([0.1, -0.3, 0.5, 1.2]))
+    return m
+'''
+
+
+@pytest.fixture(scope="session")
+def tiny_model_source():
+    """Source of a two-parameter model file (``build_model``), for CLI and bench tests."""
+    return TINY_MODEL_SOURCE
+
+
 @pytest.fixture(scope="session")
 def small_model():
     return hierarchical_model()

@@ -9,18 +9,6 @@ import pytest
 
 from pmfast import bench
 
-TINY = '''
-import numpy as np
-import pymc as pm
-
-
-def build_model():
-    with pm.Model() as m:
-        mu = pm.Normal("mu", 0.0, 1.0)
-        s = pm.HalfNormal("s", 1.0)
-        pm.Normal("y", mu, s, observed=np.array([0.1, -0.3, 0.5, 1.2]))
-    return m
-'''
 
 KEYS = {
     "model", "passes", "n_dim", "compile_s", "rss_mb", "rss_compile_mb", "eval_us", "eval_us_repeats",
@@ -29,9 +17,9 @@ KEYS = {
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, tiny_model_source):
     path = tmp_path_factory.mktemp("models") / "tiny.py"
-    path.write_text(TINY)
+    path.write_text(tiny_model_source)
     return str(path)
 
 

@@ -10,17 +10,7 @@ from typer.testing import CliRunner
 
 from cli.app import app
 
-TINY = '''
-import numpy as np
-import pymc as pm
-
-
-def build_model():
-    with pm.Model() as m:
-        mu = pm.Normal("mu", 0.0, 1.0)
-        s = pm.HalfNormal("s", 1.0)
-        pm.Normal("y", mu, s, observed=np.array([0.1, -0.3, 0.5, 1.2]))
-    return m
+TINY_EXTRAS = '''
 
 
 def with_point():
@@ -45,9 +35,9 @@ runner = CliRunner()
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory):
+def tiny(tmp_path_factory, tiny_model_source):
     path = tmp_path_factory.mktemp("models") / "tiny.py"
-    path.write_text(TINY)
+    path.write_text(tiny_model_source + TINY_EXTRAS)
     (path.parent / "crashes.py").write_text("import no_such_module_pmfast\n")
     return path
 

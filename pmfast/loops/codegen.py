@@ -204,7 +204,6 @@ def source_key(loop: IndexedLoop, input_dtypes, output_dtypes) -> str:
     )
 
 
-# --- the scalar body: a Composite with lazily evaluated Switch branches -------
 
 #: Bump whenever :func:`lazy_composite_source` changes the code it generates.
 LAZY_VERSION = 2

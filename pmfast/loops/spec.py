@@ -280,7 +280,6 @@ class IndexedLoop:
         return "\n".join(lines)
 
 
-# --- numpy reference -----------------------------------------------------
 
 
 def _normalize_index(index: np.ndarray, size: int) -> np.ndarray:

@@ -146,7 +146,6 @@ class IndexedElemwise(Op):
         return f"IndexedElemwise{{{self.loop.short()}}}"
 
 
-# --- numba ------------------------------------------------------------------
 
 try:
     from pytensor.link.numba.cache import compile_numba_function_src
@@ -230,7 +229,6 @@ except ImportError:  # pragma: no cover - numba backend unavailable
     _log.debug("numba dispatch for IndexedElemwise not registered", exc_info=True)
 
 
-# --- the rewrite ------------------------------------------------------------
 
 _NUMERIC = "biuf"
 

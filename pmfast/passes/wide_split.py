@@ -52,6 +52,8 @@ from __future__ import annotations
 import logging
 import math
 
+from pytensor.graph.rewriting.basic import GraphRewriter
+
 from pmfast.passes.registry import record, register_pass
 
 _log = logging.getLogger(__name__)
@@ -65,9 +67,6 @@ MAX_ARITY = 30
 CHUNK = 24
 
 
-# ----------------------------------------------------------------------------
-# chunking
-# ----------------------------------------------------------------------------
 
 
 def input_weight(var) -> int:
@@ -133,9 +132,7 @@ class _Decline(Exception):
     pass
 
 
-# ----------------------------------------------------------------------------
-# node splitters: each returns the replacement of node.outputs, or None
-# ----------------------------------------------------------------------------
+# Node splitters: each returns the replacement of node.outputs, or None.
 
 
 def _is_assoc(scalar_op) -> bool:
@@ -433,11 +430,6 @@ def split_node(fgraph, node):
     return None
 
 
-# ----------------------------------------------------------------------------
-# the graph rewriter and its registration
-# ----------------------------------------------------------------------------
-
-from pytensor.graph.rewriting.basic import GraphRewriter  # noqa: E402
 
 
 class WideSplit(GraphRewriter):
