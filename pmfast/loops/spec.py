@@ -231,19 +231,9 @@ class IndexedLoop:
         """Distinct ``(array, index)`` pairs read through an index."""
         return tuple(dict.fromkeys((r.array, r.index) for r in self.reads if r.index is not None))
 
-    # --- printing ------------------------------------------------------
     def short(self) -> str:
         ins = ", ".join(map(str, self.reads))
-        nd = self.ndim
-        parts = []
-        rest = "".join(f", k{d}" for d in range(1, nd))
-        for k, w in enumerate(self.writes):
-            op = "=" if w.mode in (STORE, SET) else _RED_OP.get(w.mode, "+=")
-            if w.mode == STORE or w.mode in REDUCTIONS:
-                parts.append(f"out{k}{w.target(nd)} {op} o{w.output}")
-            else:
-                parts.extend(f"${w.buffer}[${p}[i]{rest}] {op} o{o}" for o, p in w.terms())
-        outs = "; ".join(parts)
+        outs = "; ".join(self._write_statements(lambda k, w: f"${w.buffer}"))
         ip = f"; inplace={list(self.inplace)}" if self.inplace else ""
         return f"{self.scalar_op}({ins}) -> {outs}{ip}"
 
@@ -270,14 +260,21 @@ class IndexedLoop:
         outs = ", ".join(f"o{k}" for k in range(nout))
         args = ", ".join(f"a{k}" for k in range(len(self.reads)))
         lines.append(f"{ind}{outs} = {self.scalar_op}({args})")
+        lines.extend(ind + line for line in self._write_statements(lambda k, w: f"out{k}"))
+        return "\n".join(lines)
+
+    def _write_statements(self, scatter_name) -> list[str]:
+        """One statement per write; ``scatter_name(k, w)`` names the buffer a scatter writes into."""
+        nd = self.ndim
         rest = "".join(f", k{d}" for d in range(1, nd))
+        out = []
         for k, w in enumerate(self.writes):
             op = "=" if w.mode in (STORE, SET) else _RED_OP.get(w.mode, "+=")
             if w.mode == STORE or w.mode in REDUCTIONS:
-                lines.append(f"{ind}out{k}{w.target(nd)} {op} o{w.output}")
+                out.append(f"out{k}{w.target(nd)} {op} o{w.output}")
             else:
-                lines.extend(f"{ind}out{k}[${p}[i]{rest}] {op} o{o}" for o, p in w.terms())
-        return "\n".join(lines)
+                out.extend(f"{scatter_name(k, w)}[${p}[i]{rest}] {op} o{o}" for o, p in w.terms())
+        return out
 
 
 
