@@ -146,5 +146,8 @@ def _load_builtin() -> None:
 BUILTIN: list[str] = [
     "pmfast.passes.scan_dedup",
     "pmfast.passes.indexed_elemwise",
+    "pmfast.passes.invariant_switch",
+    "pmfast.passes.sibling_fusion",
     "pmfast.passes.wide_split",
+    "pmfast.passes.softmax_rows",
 ]

@@ -1,0 +1,191 @@
+"""Sibling fusion: Elemwise nodes that read the same gathered data merge into one.
+
+``FusionOptimizer`` fuses along producer–consumer edges only: ``f(x[idx])``
+and ``g(x[idx])`` with no edge between them (a logp term and a gradient term
+that share nothing but the gather) stay two Elemwise nodes, and
+``indexed_elemwise`` would then run two loops, each gathering ``x[idx]``.
+This rewrite merges such siblings into one multi-output Composite first, so
+the gather happens once, in one loop.
+
+Siblings are Elemwise nodes (not inplace, same output ndim, numeric) that
+
+* share a gathered input (the same ``AdvancedSubtensor1`` output) or read
+  through the same index vector (``x[idx]`` and ``y[idx]``), and
+* have the same iteration shape: every axis is pinned by an input they share
+  that is not broadcast there (the same variable, or the same index vector
+  for the gathered axis 0), or the ShapeFeature proves it; so wherever both
+  nodes ran before, the merged node runs too, over the same elements;
+* and neither depends on the other (no path between them, which also makes
+  the merged node acyclic).
+
+The merged Composite computes each original scalar graph on the union of the
+inputs: the same scalar functions on the same values, so every output is
+bit-for-bit what it was. Merges stop at ``MAX_INPUTS`` outer inputs (counting
+one more per gathered input: the loop will read ``x`` and ``idx``), so fused
+kernels stay within the 30-argument call limit. Each merge removes one node;
+the rewrite terminates.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from pytensor.graph.basic import Apply
+from pytensor.graph.replace import clone_replace
+from pytensor.graph.rewriting.basic import GraphRewriter
+from pytensor.graph.traversal import ancestors
+from pytensor.scalar.basic import Composite, get_scalar_type, identity
+from pytensor.tensor.elemwise import Elemwise
+from pytensor.tensor.subtensor import AdvancedSubtensor1
+
+from pmfast.passes.indexed_elemwise import indexed_elemwise_pass
+
+_log = logging.getLogger(__name__)
+
+#: Widest merged node, weighted like ``wide_split`` (a gathered input counts 2),
+#: minus room for the scatter buffers/indices ``indexed_elemwise`` may add.
+MAX_INPUTS = 24
+
+#: Most merges in one graph (a bound on work, not needed for termination).
+MAX_MERGES = 256
+
+_NUMERIC = "biuf"
+
+
+def _gather_key(var):
+    """The index vector ``var`` is gathered through on axis 0, or ``None``."""
+    node = var.owner
+    if node is not None and isinstance(node.op, AdvancedSubtensor1):
+        return node.inputs[1]
+    return None
+
+
+def _eligible(node) -> bool:
+    op = node.op
+    if not isinstance(op, Elemwise) or op.inplace_pattern:
+        return False
+    nd = node.outputs[0].type.ndim
+    if nd == 0 or any(v.type.ndim != nd for v in (*node.inputs, *node.outputs)):
+        return False
+    return all(np.dtype(v.type.dtype).kind in _NUMERIC for v in (*node.inputs, *node.outputs))
+
+
+def _weight(inputs) -> int:
+    return sum(2 if _gather_key(v) is not None else 1 for v in inputs)
+
+
+def _same_shape(fgraph, a, b) -> bool:
+    """Do Elemwise nodes ``a`` and ``b`` (same ndim) iterate over the same shape?"""
+    out_a, out_b = a.outputs[0], b.outputs[0]
+    if out_a.type.broadcastable != out_b.type.broadcastable:
+        return False
+    sf = getattr(fgraph, "shape_feature", None)
+    for d, bcast in enumerate(out_a.type.broadcastable):
+        if bcast:
+            continue
+        pins_a = {v for v in a.inputs if not v.type.broadcastable[d]}
+        pins_b = {v for v in b.inputs if not v.type.broadcastable[d]}
+        if pins_a & pins_b:
+            continue
+        if d == 0:
+            idx_a = {_gather_key(v) for v in pins_a} - {None}
+            idx_b = {_gather_key(v) for v in pins_b} - {None}
+            if idx_a & idx_b:
+                continue
+        try:
+            if sf is not None and sf.same_shape(out_a, out_b, d, d):
+                continue
+        except Exception:
+            pass
+        return False
+    return True
+
+
+def _shares_gather(a, b) -> bool:
+    ga = {v for v in a.inputs if _gather_key(v) is not None}
+    gb = {v for v in b.inputs if _gather_key(v) is not None}
+    if ga & gb:
+        return True
+    return bool({_gather_key(v) for v in ga} & {_gather_key(v) for v in gb})
+
+
+def _scalar_outputs(node, scalar_inputs):
+    """The scalar graph of Elemwise ``node`` applied to ``scalar_inputs`` (Composites inlined)."""
+    sop = node.op.scalar_op
+    if isinstance(sop, Composite):
+        return clone_replace(sop.outputs, replace=dict(zip(sop.inputs, scalar_inputs, strict=True)))
+    outs = sop.make_node(*scalar_inputs).outputs
+    return list(outs)
+
+
+def merge_siblings(a, b) -> Apply:
+    """One Elemwise node computing the outputs of ``a`` then those of ``b``."""
+    inputs = list(dict.fromkeys([*a.inputs, *b.inputs]))
+    scalars = {v: get_scalar_type(v.type.dtype)() for v in inputs}
+    outs = _scalar_outputs(a, [scalars[v] for v in a.inputs])
+    outs += _scalar_outputs(b, [scalars[v] for v in b.inputs])
+    # a Composite output may not be one of its inputs: route those through identity
+    ins = [scalars[v] for v in inputs]
+    outs = [identity(o) if o in ins else o for o in outs]
+    comp = Composite(ins, outs)
+    return Elemwise(comp).make_node(*inputs)
+
+
+class SiblingFusion(GraphRewriter):
+    """Merge Elemwise siblings that share gathered data (see the module docstring)."""
+
+    def add_requirements(self, fgraph):
+        from pytensor.graph.features import ReplaceValidate
+
+        fgraph.attach_feature(ReplaceValidate())
+
+    def apply(self, fgraph):
+        merges = 0
+        declined: set = set()
+        while merges < MAX_MERGES:
+            try:
+                pair = self._find_pair(fgraph, declined)
+            except Exception:
+                _log.debug("sibling fusion: stopped", exc_info=True)
+                break
+            if pair is None:
+                break
+            a, b = pair
+            try:
+                new = merge_siblings(a, b)
+                old = [*a.outputs, *b.outputs]
+                if any(o.type != n.type for o, n in zip(old, new.outputs, strict=True)):
+                    declined.add((a, b))
+                    continue
+                fgraph.replace_all_validate(list(zip(old, new.outputs)), reason="pmfast.sibling_fusion")
+                merges += 1
+            except Exception:
+                _log.debug("sibling fusion: declined %s, %s", a, b, exc_info=True)
+                declined.add((a, b))
+
+    @staticmethod
+    def _find_pair(fgraph, declined):
+        nodes = [n for n in fgraph.toposort() if _eligible(n) and any(_gather_key(v) is not None for v in n.inputs)]
+        for i, a in enumerate(nodes):
+            for b in nodes[i + 1 :]:
+                if (a, b) in declined:
+                    continue
+                if not _shares_gather(a, b) or not _same_shape(fgraph, a, b):
+                    continue
+                if _weight(set(a.inputs) | set(b.inputs)) > MAX_INPUTS:
+                    continue
+                if len(a.outputs) + len(b.outputs) > MAX_INPUTS:
+                    continue
+                # b comes after a in the toposort: only b can depend on a
+                if set(a.outputs) & set(ancestors(b.inputs)):
+                    continue
+                return a, b
+        return None
+
+
+# Position 49.18: after ``elemwise_fusion`` (49) built the Composites and
+# ``wide_split`` (49.15) cut the wide ones (merging is capped below its chunk
+# size, so nothing it splits is re-widened), before ``indexed_elemwise``'s
+# loop fusion (49.2), which then runs each merged node as one loop.
+indexed_elemwise_pass.register(SiblingFusion(), 49.18, name="siblings")

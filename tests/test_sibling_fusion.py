@@ -1,0 +1,129 @@
+"""Tests of sibling fusion: Elemwise nodes sharing gathered data run as one loop (part of ``indexed_elemwise``)."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pytensor.tensor.subtensor import AdvancedIncSubtensor1, AdvancedSubtensor1
+
+import pmfast.passes.indexed_elemwise as ie
+import pmfast.passes.sibling_fusion as sf
+from pmfast.mode import get_mode
+
+SETTINGS = settings(max_examples=10, deadline=None, derandomize=True)
+
+
+def _structure(kind):
+    x = pt.vector("x")
+    y = pt.vector("y")
+    idx = pt.vector("idx", dtype="int64")
+    idx2 = pt.vector("idx2", dtype="int64")
+    a = pt.vector("a")
+    g = x[idx]
+    if kind == "same_gather":  # logp-like and gradient-like terms sharing only the gather
+        s = pt.sum(pt.log(pt.abs(g) + 1.0) * a)
+        return [x, y, idx, idx2, a], [pt.sum(pt.exp(-g) + a), s, pytensor.grad(s, x)]
+    if kind == "same_index":  # x[idx] and y[idx]: same loop length, different arrays
+        return [x, y, idx, idx2, a], [pt.sum(pt.exp(-g)), pt.sum(pt.cos(y[idx]) * a)]
+    if kind == "dependent":  # the second needs a reduction of the first: no merge
+        s1 = pt.sum(pt.exp(-g))
+        return [x, y, idx, idx2, a], [s1, pt.sum(pt.cos(g) * s1 + a)]
+    if kind == "other_index":  # different index vectors (lengths unrelated): no merge
+        return [x, y, idx, idx2, a], [pt.sum(pt.exp(-g) * a), pt.sum(pt.cos(x[idx2]))]
+    raise KeyError(kind)
+
+
+@functools.cache
+def _compiled(kind):
+    ins, outs = _structure(kind)
+    fns = [pytensor.function(ins, outs, mode=m, on_unused_input="ignore") for m in (get_mode(["indexed_elemwise"]), get_mode("none"))]
+    return tuple(fns)
+
+
+def _loops(fn):
+    return [n for n in fn.maker.fgraph.toposort() if isinstance(n.op, ie.IndexedElemwise)]
+
+
+def _data(draw, n_eq: bool = True):
+    rng = np.random.default_rng(draw(st.integers(0, 2**16)))
+    k = draw(st.integers(1, 8))
+    n = draw(st.integers(0, 40))
+    n2 = n if n_eq else draw(st.integers(0, 40))
+    return (
+        rng.normal(size=k),
+        rng.normal(size=k),
+        rng.integers(-k, k, n),  # repeated and negative indices
+        rng.integers(-k, k, n2),
+        rng.normal(size=n),
+    )
+
+
+def _check(kind, args):
+    fused, stock = _compiled(kind)
+    for got, ref in zip(fused(*args), stock(*args), strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-12, atol=1e-14)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_siblings_sharing_a_gather_run_as_one_loop(data):
+    fused, _ = _compiled("same_gather")
+    (loop,) = _loops(fused)
+    assert sum(w.mode == "inc" for w in loop.op.loop.writes) == 1  # the gradient scatter is in it too
+    assert not any(isinstance(n.op, AdvancedSubtensor1 | AdvancedIncSubtensor1) for n in fused.maker.fgraph.toposort())
+    _check("same_gather", _data(data.draw))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_siblings_sharing_an_index_run_as_one_loop(data):
+    fused, _ = _compiled("same_index")
+    assert len(_loops(fused)) == 1
+    _check("same_index", _data(data.draw))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_dependent_nodes_are_not_merged(data):
+    fused, _ = _compiled("dependent")
+    assert len(_loops(fused)) == 2
+    _check("dependent", _data(data.draw))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_other_index_is_not_merged(data):
+    fused, _ = _compiled("other_index")
+    assert len(_loops(fused)) == 2
+    _check("other_index", _data(data.draw, n_eq=False))
+
+
+def test_merge_width_is_capped():
+    x = pt.vector("x")
+    idx = pt.vector("idx", dtype="int64")
+    g = x[idx]
+    vs = [pt.vector(f"v{k}") for k in range(sf.MAX_INPUTS)]
+    outs = [pt.sum(pt.exp(g * v)) for v in vs]  # 24 siblings, each with its own input
+    fn = pytensor.function([x, idx, *vs], outs, mode=get_mode(["indexed_elemwise"]))
+    widths = [sum(2 if sf._gather_key(v) is not None else 1 for v in n.inputs) for n in fn.maker.fgraph.toposort()]
+    assert max(widths) <= sf.MAX_INPUTS + 6
+    assert 1 < len(_loops(fn)) < len(vs)  # merged, but not into one over-wide node
+    rng = np.random.default_rng(0)
+    args = [rng.normal(size=5), rng.integers(0, 5, 7)] + [rng.normal(size=7) for _ in vs]
+    ref = pytensor.function([x, idx, *vs], outs, mode=get_mode("none"))(*args)
+    np.testing.assert_allclose(fn(*args), ref, rtol=1e-12)
+
+
+def test_rewrite_never_raises(monkeypatch):
+    def boom(a, b):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(sf, "merge_siblings", boom)
+    ins, outs = _structure("same_gather")
+    fn = pytensor.function(ins, outs, mode=get_mode(["indexed_elemwise"]), on_unused_input="ignore")
+    assert len(_loops(fn)) == 2  # declined, each sibling its own loop
