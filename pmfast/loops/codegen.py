@@ -1,8 +1,9 @@
 """Numba code generation for :class:`pmfast.loops.spec.IndexedLoop`.
 
-The loop is emitted as Python source (``for i in range(n)``, then one nested
-loop per further axis; all reads, the scalar function call and all writes
-inline) and jitted by numba. Index arrays are bounds-checked element by
+The loop is emitted as Python source (one nested ``for i<d> in range(n<d>)``
+per loop dim; index loads and reads at the outermost level where their loop
+dims are bound, the scalar function call and all writes inline) and jitted
+by numba. Index arrays are bounds-checked element by
 element (``IndexError``, never an out-of-bounds access); negative indices
 wrap like numpy. Operand lengths are checked against the loop shape
 (``ValueError``, like the stock Elemwise's refusal of runtime broadcasting).
@@ -14,10 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from pmfast.loops.spec import ALL, ANY, INC, SET, STORE, SUM, IndexedLoop
+from pmfast.loops.spec import ALL, ANY, INC, SET, STORE, SUM, Gather, IndexedLoop
 
 #: Bump whenever the generated source changes shape.
-CODEGEN_VERSION = 7
+CODEGEN_VERSION = 9
 
 #: Read operands of static length 1 on every axis once, before the loop.
 HOIST_INVARIANT_READS = True
@@ -35,6 +36,34 @@ def _index_kind(dtype) -> str:
     raise TypeError(f"index dtype {dt} is not an integer dtype")
 
 
+def _level(dims) -> int:
+    """Loop nesting level at which a value depending on loop ``dims`` is available (0: before the loops)."""
+    return max(dims, default=-1) + 1
+
+
+def _checked_index(lines: list[str], var: str, at: str, kind: str, size: str) -> None:
+    """Load index ``at`` into ``var`` as an int64 position below ``size``; negatives wrap."""
+    if kind == "signed":
+        lines.append(f"{var} = np.int64({at})")
+        lines.append(f"if {var} < 0:")
+        lines.append(f"    {var} += {size}")
+        lines.append(f"if {var} < 0 or {var} >= {size}:")
+        lines.append(_IDX_ERR)
+    elif kind == "unsigned":
+        lines.append(f"{var} = np.int64({at})")
+        lines.append(f"if {var} >= {size}:")
+        lines.append(_IDX_ERR)
+    else:  # uint64: compare in uint64; below the size it fits int64
+        lines.append(f"{var}_u = {at}")
+        lines.append(f"if {var}_u >= u{size}:")
+        lines.append(_IDX_ERR)
+        lines.append(f"{var} = np.int64({var}_u)")
+
+
+def _subscript(array: str, parts) -> str:
+    return f"{array}[{', '.join(parts)}]" if parts else f"{array}[()]"
+
+
 def generate_source(
     loop: IndexedLoop,
     input_dtypes,
@@ -43,38 +72,34 @@ def generate_source(
 ) -> str:
     """Python source of the loop function ``func_name(in0, in1, ...)``.
 
-    The source expects ``np`` and ``scalar_fn`` (the jitted scalar op) in its globals.
+    One ``for i<d> in range(n<d>)`` per loop dim; every value (index
+    position, read) is computed at the outermost level where all loop dims it
+    depends on are bound. The source expects ``np`` and ``scalar_fn`` (the
+    jitted scalar op) in its globals.
     """
-    nin = len(input_dtypes)
     nd = loop.ndim
-    args = [f"in{p}" for p in range(nin)]
+    args = [f"in{p}" for p in range(len(input_dtypes))]
     body: list[str] = []
     emit = body.append
+    # per nesting level (0: before the loops): index loads, then reads; the body goes innermost
+    loads: list[list[str]] = [[] for _ in range(nd + 1)]
+    reads: list[list[str]] = [[] for _ in range(nd + 1)]
+    inner: list[str] = []
 
-    # --- the iteration space and its checks
-    drv = loop.driver()
-    emit(f"n = in{drv}.shape[0]")
-    for p in loop.length_checked():
-        if p != drv:
-            emit(f"if in{p}.shape[0] != n:")
+    for d in range(nd):
+        ops = loop.dim_operands(d)
+        emit(f"n{d} = {f'in{ops[0][0]}.shape[{ops[0][1]}]' if ops else 1}")
+        for p, ax in ops[1:]:
+            emit(f"if in{p}.shape[{ax}] != n{d}:")
             emit(_LEN_ERR)
-    for d in range(1, nd):
-        src = loop.dim_source(d)
-        emit(f"m{d} = {1 if src is None else f'in{src}.shape[{d}]'}")
-        for p in loop.dim_checked(d):
-            if p != src:
-                emit(f"if in{p}.shape[{d}] != m{d}:")
-                emit(_LEN_ERR)
 
-    # the axis-0 sizes that gathered / scattered arrays are checked against
-    sized = sorted({a for a, _ in loop.gathered()} | {w.buffer for w in loop.writes if w.buffer is not None})
-    for a in sized:
-        emit(f"size{a} = in{a}.shape[0]")
-        if _index_kind_any_u64(loop, input_dtypes):
-            emit(f"usize{a} = np.uint64(size{a})")
+    kinds = {g.index: _index_kind(input_dtypes[g.index]) for _, _, g in loop.gathered()}
+    for array, ax in dict.fromkeys((a, ax) for a, ax, _ in loop.gathered()):
+        emit(f"size{array}_{ax} = in{array}.shape[{ax}]")
+        if "u64" in kinds.values():
+            emit(f"usize{array}_{ax} = np.uint64(size{array}_{ax})")
 
-    # --- outputs
-    shape = "(" + ", ".join(["n"] + [f"m{d}" for d in range(1, nd)]) + ",)"
+    shape = "(" + "".join(f"n{d}, " for d in range(nd)) + ")"
     outs = []
     for k, (w, dt) in enumerate(zip(loop.writes, output_dtypes, strict=True)):
         if w.mode == STORE:
@@ -89,53 +114,29 @@ def generate_source(
             emit(f"out{k} = in{w.buffer}.copy()")
         outs.append(f"out{k}")
 
-    def checked_index(lines: list[str], var: str, index_pos: int, size_of: int, at: str) -> None:
-        kind = _index_kind(input_dtypes[index_pos])
-        if kind == "signed":
-            lines.append(f"{var} = np.int64(in{index_pos}[{at}])")
-            lines.append(f"if {var} < 0:")
-            lines.append(f"    {var} += size{size_of}")
-            lines.append(f"if {var} < 0 or {var} >= size{size_of}:")
-            lines.append(_IDX_ERR)
-        elif kind == "unsigned":
-            lines.append(f"{var} = np.int64(in{index_pos}[{at}])")
-            lines.append(f"if {var} >= size{size_of}:")
-            lines.append(_IDX_ERR)
-        else:  # uint64: compare in uint64; below the size it fits int64
-            lines.append(f"{var}_u = in{index_pos}[{at}]")
-            lines.append(f"if {var}_u >= usize{size_of}:")
-            lines.append(_IDX_ERR)
-            lines.append(f"{var} = np.int64({var}_u)")
+    gather_var: dict = {}
 
-    hoisted: list[str] = []  # broadcast (index-length-1) gathers: checked once, before the loop
-    outer: list[str] = []  # per i: gathered row indices, write row indices
-    inner: list[str] = []  # per (i, k1, ...): reads, scalar call, writes
+    def position(array: int, ax: int, a) -> str:
+        if a is None:
+            return "0"
+        if not isinstance(a, Gather):
+            return f"i{a}"
+        key = (array, ax, a)
+        if key not in gather_var:
+            var = gather_var[key] = f"j{len(gather_var)}"
+            at = _subscript(f"in{a.index}", ["0" if e is None else f"i{e}" for e in a.dims])
+            level = _level(a.loop_dims())
+            _checked_index(loads[level], var, at, kinds[a.index], f"size{array}_{ax}")
+            _precheck_skipped(body, a, level, kinds[a.index], f"size{array}_{ax}")
+        return gather_var[key]
 
-    def pos(d: int, bcast: bool) -> str:
-        return "0" if bcast else ("i" if d == 0 else f"k{d}")
-
-    gather_var: dict[tuple[int, int, bool], str] = {}
     for k, r in enumerate(loop.reads):
-        trail = [pos(d, b) for d, b in enumerate(r.broadcast)][1:]
-        if r.index is None:
-            at = [pos(0, r.broadcast[0]), *trail]
-        else:
-            key = (r.array, r.index, r.broadcast[0])
-            if key not in gather_var:
-                var = f"j{len(gather_var)}"
-                gather_var[key] = var
-                if r.broadcast[0]:
-                    checked_index(hoisted, var, r.index, r.array, "0")
-                else:
-                    checked_index(outer, var, r.index, r.array, "i")
-            at = [gather_var[key], *trail]
-        if HOIST_INVARIANT_READS and all(r.broadcast):
-            # loop-invariant (static length 1 on every axis): read once, before the
-            # loop, so that LLVM can hoist what the scalar function computes from it
-            # (it cannot prove a load inside the loop unaffected by the loop's stores)
-            hoisted.append(f"a{k} = in{r.array}[{', '.join(at)}]")
-        else:
-            inner.append(f"a{k} = in{r.array}[{', '.join(at)}]")
+        at = _subscript(f"in{r.array}", [position(r.array, ax, a) for ax, a in enumerate(r.axes)])
+        level = _level(r.loop_dims()) if HOIST_INVARIANT_READS else nd
+        # a read is placed where its position is known: before the loop when it is
+        # invariant, so that LLVM can hoist what the scalar function computes from it
+        # (it cannot prove a load inside the loop unaffected by the loop's stores)
+        reads[level].append(f"a{k} = {at}")
 
     nout = getattr(loop.scalar_op, "nout", 1)
     call_args = ", ".join(f"a{k}" for k in range(len(loop.reads)))
@@ -144,10 +145,10 @@ def generate_source(
     else:
         inner.append(f"({', '.join(f'o{k}' for k in range(nout))},) = scalar_fn({call_args})")
 
-    trail_pos = "".join(f", k{d}" for d in range(1, nd))
+    here = [f"i{d}" for d in range(nd)]
     for k, w in enumerate(loop.writes):
         if w.mode == STORE:
-            inner.append(f"out{k}[i{trail_pos}] = o{w.output}")
+            inner.append(f"{_subscript(f'out{k}', here)} = o{w.output}")
         elif w.mode == SUM:
             inner.append(f"acc{k} += np.{np.dtype(output_dtypes[k]).name}(o{w.output})")
         elif w.mode == ALL:
@@ -159,34 +160,40 @@ def generate_source(
         else:
             assert w.mode in (INC, SET)
             op = "+=" if w.mode == INC else "="
-            for t, (o, p) in enumerate(w.terms()):
-                var = f"w{k}" if t == 0 else f"w{k}_{t}"
-                checked_index(outer, var, p, w.buffer, "i")
-                inner.append(f"out{k}[{var}{trail_pos}] {op} o{o}")
+            for o, axes in w.terms():
+                at = _subscript(f"out{k}", [position(w.buffer, ax, a) for ax, a in enumerate(axes)])
+                inner.append(f"{at} {op} o{o}")
 
-    # broadcast gathers are checked even when n == 0: the stock gather would have raised
-    body.extend(hoisted)
-    emit("for i in range(n):")
-    ind = "    "
-    body.extend(ind + line for line in outer)
-    for d in range(1, nd):
-        emit(f"{ind}for k{d} in range(m{d}):")
+    # level 0 (invariant reads, index arrays of static length 1) runs even when the loop is
+    # empty: a stock gather would have checked those indices
+    body.extend(loads[0] + reads[0])
+    ind = ""
+    for d in range(nd):
+        emit(f"{ind}for i{d} in range(n{d}):")
         ind += "    "
+        body.extend(ind + line for line in loads[d + 1] + reads[d + 1])
     body.extend(ind + line for line in inner)
     for k, w in enumerate(loop.writes):
         if w.mode in (SUM, ALL, ANY):
             emit(f"out{k} = np.array(acc{k})")
-    if len(outs) == 1:
-        emit(f"return {outs[0]}")
-    else:
-        emit(f"return ({', '.join(outs)},)")
-
+    emit(f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)")
     return f"def {func_name}({', '.join(args)}):\n" + "\n".join("    " + line for line in body) + "\n"
 
 
-def _index_kind_any_u64(loop: IndexedLoop, input_dtypes) -> bool:
-    idx = {r.index for r in loop.reads if r.index is not None} | {p for w in loop.writes for _, p in w.terms()}
-    return any(_index_kind(input_dtypes[p]) == "u64" for p in idx)
+def _precheck_skipped(body: list[str], g: Gather, level: int, kind: str, size: str) -> None:
+    """Check every index of ``g`` up front when an enclosing loop it does not run along is empty.
+
+    An index loaded inside loop ``i<e>`` (``e`` not one of its dims) is never
+    loaded when ``n<e> == 0``; the stock gather would still have checked it.
+    """
+    skipped = [e for e in range(level) if e not in g.loop_dims()]
+    if not skipped:
+        return
+    body.append(f"if {' or '.join(f'n{e} == 0' for e in skipped)}:")
+    body.append(f"    for v in in{g.index}.flat:")
+    lines: list[str] = []
+    _checked_index(lines, "v_", "v", kind, size)
+    body.extend("        " + line for line in lines)
 
 
 def source_key(loop: IndexedLoop, input_dtypes, output_dtypes) -> str:
@@ -195,6 +202,7 @@ def source_key(loop: IndexedLoop, input_dtypes, output_dtypes) -> str:
         (
             CODEGEN_VERSION,
             HOIST_INVARIANT_READS,
+            loop.ndim,
             loop.reads,
             loop.writes,
             loop.inplace,
@@ -202,7 +210,6 @@ def source_key(loop: IndexedLoop, input_dtypes, output_dtypes) -> str:
             tuple(np.dtype(d).name for d in output_dtypes),
         )
     )
-
 
 
 #: Bump whenever :func:`lazy_composite_source` changes the code it generates.

@@ -1,26 +1,34 @@
 """The indexed-loop description: data that says what one fused loop does.
 
-An :class:`IndexedLoop` describes a single 1-d loop ``for i in range(n)`` over
-the *inputs and outputs of an Apply node* (positions ``$k`` below are node input
-positions, ``out<k>`` node output positions)::
+An :class:`IndexedLoop` is a loop nest over an iteration space of ``ndim``
+dims (``i0 < n0, i1 < n1, ...``) over the *inputs and outputs of an Apply
+node* (``$k``: node input position, ``out<k>``: node output position)::
 
-    loop i < n:                                   # n = length of the loop's driver
-      a0 = $0[$2[i]]                              # Read(array=0, index=2): a gather, never materialised
-      a1 = $1[i]                                  # Read(array=1): a direct (elementwise) read
-      a2 = $4[0]                                  # Read(array=4, broadcast=True): length-1 operand
-      o0, o1 = scalar_op(a0, a1, a2)
-      out0[i] = o0                                # Write(0, "store")
-      out1 = $3 (copied unless inplace); out1[$2[i]] += o1   # Write(1, "inc", buffer=3, index=2)
+    for i0 < n0 = $3.shape[0]:
+      for i1 < n1 = $0.shape[0]:
+        a0 = $0[i1, $1[i0]]                  # Read(0, (1, Gather(1, (0,)))): x[:, idx], never materialised
+        a1 = $2[$4[i0, 0], i1]               # Read(2, (Gather(4, (0, None)), 1)): index axis 1 has length 1
+        a2 = $5[0]                           # Read(5, (None,)): a length-1 operand
+        o0, o1 = scalar_op(a0, a1, a2)
+        out0[i0, i1] = o0                    # Write(0): stored
+        out1[i1, $1[i0]] += o1               # Write(1, "inc", 6, (1, Gather(1, (0,)))): buffer $6, copied
 
-It carries no numba or pytensor graph state besides the scalar op, can be
-printed and unit-tested without compiling, and has a numpy reference
-evaluator (:func:`evaluate`). Codegen lives in :mod:`pmfast.loops.codegen`.
+Every array access (read or scatter) gives, per axis of the accessed array,
+an :data:`Axis`: a loop dim ``d`` (position ``i<d>``), ``None`` (the axis has
+static length 1: position 0) or a :class:`Gather` (position
+``index[...]``, the index array itself addressed by loop dims;
+bounds-checked against the axis, negative positions wrap). Loop dims an
+access does not mention are broadcast for it. Transposes, expand_dims and
+drops of length-1 axes around a gather are just other ``axes``.
 
 Reductions are writes too: ``Write(k, "sum")`` makes the node output a 0-d
-accumulator ``out += o_k`` updated in the same loop (``Sum`` of the whole
-output, never materialised). Further reductions (max, prod, logsumexp...) are
-further write modes; ``Write`` keys node outputs by position, so nothing
-else has to change.
+accumulator updated in the same loop (``Sum`` of the whole output, never
+materialised); ``all`` / ``any`` likewise. Further reductions are further
+write modes.
+
+The description carries no numba or graph state besides the scalar op, prints
+and validates without compiling, and has a numpy reference evaluator
+(:func:`evaluate`). Codegen lives in :mod:`pmfast.loops.codegen`.
 """
 
 from __future__ import annotations
@@ -41,44 +49,80 @@ WRITE_MODES = (STORE, INC, SET, SUM, ALL, ANY)
 REDUCTIONS = (SUM, ALL, ANY)
 #: printed operator of each reduction
 _RED_OP = {SUM: "+=", ALL: "&=", ANY: "|="}
+#: deepest iteration space
+MAX_LOOP_NDIM = 4
 
 
-def _pos(d: int, bcast: bool) -> str:
-    return "0" if bcast else ("i" if d == 0 else f"k{d}")
+@dataclass(frozen=True)
+class Gather:
+    """A position read from an integer index array: ``$index[i<dims[0]>, i<dims[1]>, ...]``.
+
+    ``dims[j]``: the loop dim along which index axis ``j`` runs, or ``None``
+    (the index axis has static length 1: read at 0).
+    """
+
+    index: int
+    dims: tuple[int | None, ...] = (0,)
+
+    def __post_init__(self):
+        object.__setattr__(self, "dims", tuple(None if d is None else int(d) for d in self.dims))
+
+    def loop_dims(self) -> set[int]:
+        return {d for d in self.dims if d is not None}
+
+    def __str__(self) -> str:
+        return f"${self.index}[{', '.join(_pos(d) for d in self.dims)}]"
+
+
+#: one axis of an accessed array: a loop dim, ``None`` (static length 1, position 0) or a gather
+Axis = int | None | Gather
+
+
+def _pos(a: Axis) -> str:
+    if a is None:
+        return "0"
+    if isinstance(a, Gather):
+        return str(a)
+    return f"i{a}"
+
+
+def _norm_axes(axes) -> tuple[Axis, ...]:
+    return tuple(a if a is None or isinstance(a, Gather) else int(a) for a in axes)
+
+
+def _axes_dims(axes) -> set[int]:
+    dims = set()
+    for a in axes:
+        if isinstance(a, Gather):
+            dims |= a.loop_dims()
+        elif a is not None:
+            dims.add(a)
+    return dims
+
+
+def _access(array: str, axes) -> str:
+    return f"{array}[{', '.join(_pos(a) for a in axes)}]" if axes else f"{array}[()]"
 
 
 @dataclass(frozen=True)
 class Read:
-    """How one scalar input of the loop body is obtained.
-
-    ``array``: node input position of the array read (its ndim is the loop's).
-    ``index``: node input position of an integer index vector — a gather along
-    axis 0, ``array[index[i], k1, ...]``, bounds-checked, negative indices
-    wrap — or ``None`` for a direct read ``array[i, k1, ...]``.
-    ``broadcast``: per loop dimension, the operand has static length 1 there
-    and is read at position 0 (for a gather, dim 0 refers to the *index*
-    vector). A plain bool means a 1-d loop.
-    """
+    """One scalar input of the loop body: ``$array[axes...]``, one :data:`Axis` per array axis."""
 
     array: int
-    index: int | None = None
-    broadcast: tuple[bool, ...] = (False,)
+    axes: tuple[Axis, ...] = (0,)
 
     def __post_init__(self):
-        if isinstance(self.broadcast, bool | np.bool_):
-            object.__setattr__(self, "broadcast", (bool(self.broadcast),))
-        else:
-            object.__setattr__(self, "broadcast", tuple(bool(b) for b in self.broadcast))
+        object.__setattr__(self, "axes", _norm_axes(self.axes))
 
-    @property
-    def ndim(self) -> int:
-        return len(self.broadcast)
+    def gathers(self) -> tuple[tuple[int, Gather], ...]:
+        """``(array axis, Gather)`` pairs."""
+        return tuple((ax, a) for ax, a in enumerate(self.axes) if isinstance(a, Gather))
+
+    def loop_dims(self) -> set[int]:
+        return _axes_dims(self.axes)
 
     def __str__(self) -> str:
-        pos = [_pos(d, b) for d, b in enumerate(self.broadcast)]
-        if self.index is not None:
-            pos[0] = f"${self.index}[{pos[0]}]"
-        return f"${self.array}[{', '.join(pos)}]"
+        return _access(f"${self.array}", self.axes)
 
 
 @dataclass(frozen=True)
@@ -86,73 +130,66 @@ class Write:
     """Where one scalar output of the loop body goes; one ``Write`` per node output.
 
     ``mode``: ``"store"`` (a fresh output array of the loop's shape),
-    ``"sum"`` (a 0-d accumulator: the sum of the scalar output over the loop),
-    ``"all"`` / ``"any"`` (a 0-d boolean accumulator of a boolean output),
-    ``"inc"`` (``buffer[index[i], k1, ...] += o``, repeated indices accumulate
-    like ``np.add.at``) or ``"set"`` (``buffer[index[i], k1, ...] = o``, last
-    write wins). ``buffer``/``index``: node input positions for ``inc``/``set``;
-    the node output is the updated buffer (a copy, unless the buffer is in
-    ``IndexedLoop.inplace``). ``also`` (``inc`` only): further ``(output,
-    index)`` terms accumulated into the same buffer — chained
-    ``inc_subtensor(inc_subtensor(z[p1], a)[p2], b)``; the loop interleaves the
-    terms, stock adds them one scatter after the other (same sum, rounding
-    may differ).
+    ``"sum"`` (a 0-d accumulator), ``"all"`` / ``"any"`` (0-d boolean
+    accumulators), ``"inc"`` (``buffer[axes...] += o``, repeated positions
+    accumulate like ``np.add.at``) or ``"set"`` (``buffer[axes...] = o``,
+    in loop order: last write wins). ``buffer``: node input position for
+    ``inc``/``set``, ``axes`` one :data:`Axis` per buffer axis; the node
+    output is the updated buffer (a copy, unless the buffer is in
+    ``IndexedLoop.inplace``). ``also`` (``inc`` only): further
+    ``(output, axes)`` terms accumulated into the same buffer — chained
+    ``inc_subtensor(inc_subtensor(z[p1], a)[p2], b)``; the loop interleaves
+    the terms, stock adds them one scatter after the other (same sum,
+    rounding may differ).
     """
 
     output: int
     mode: str = STORE
     buffer: int | None = None
-    index: int | None = None
-    also: tuple[tuple[int, int], ...] = ()
+    axes: tuple[Axis, ...] = ()
+    also: tuple[tuple[int, tuple[Axis, ...]], ...] = ()
 
     def __post_init__(self):
         if self.mode not in WRITE_MODES:
             raise ValueError(f"unknown write mode {self.mode!r}")
         scatter = self.mode in (INC, SET)
-        if scatter != (self.buffer is not None and self.index is not None) or (
-            not scatter and (self.buffer is not None or self.index is not None)
-        ):
-            raise ValueError("store/sum writes take no buffer/index; inc/set writes need both")
-        object.__setattr__(self, "also", tuple((int(o), int(p)) for o, p in self.also))
+        if scatter != (self.buffer is not None) or (not scatter and self.axes):
+            raise ValueError("store/sum writes take no buffer/axes; inc/set writes need a buffer")
+        object.__setattr__(self, "axes", _norm_axes(self.axes))
+        object.__setattr__(self, "also", tuple((int(o), _norm_axes(ax)) for o, ax in self.also))
         if self.also and self.mode != INC:
             raise ValueError("only inc writes accumulate further terms")
+        for _, axes in self.terms():
+            if scatter and len(axes) != len(self.axes):
+                raise ValueError("every term addresses every buffer axis")
 
-    def terms(self) -> tuple[tuple[int, int], ...]:
-        """``(output, index)`` pairs scattered into the buffer, in stock order."""
+    def terms(self) -> tuple[tuple[int, tuple[Axis, ...]], ...]:
+        """``(output, axes)`` pairs scattered into the buffer, in stock order."""
         if self.mode not in (INC, SET):
             return ()
-        return ((self.output, self.index), *self.also)
+        return ((self.output, self.axes), *self.also)
 
-    def target(self, ndim: int = 1) -> str:
-        rest = "".join(f", k{d}" for d in range(1, ndim))
-        if self.mode == STORE:
-            return f"[i{rest}]"
-        if self.mode in REDUCTIONS:
-            return ""
-        return f"[${self.index}[i]{rest}]"
-
-    def __str__(self) -> str:
-        if self.mode == STORE:
-            return f"[i] = o{self.output}"
-        if self.mode in REDUCTIONS:
-            return f" {_RED_OP[self.mode]} o{self.output}"
-        op = "+=" if self.mode == INC else "="
-        return "; ".join(f"${self.buffer}[${p}[i]] {op} o{o}" for o, p in self.terms())
+    def gathers(self) -> tuple[tuple[int, Gather], ...]:
+        """``(buffer axis, Gather)`` pairs of all terms."""
+        return tuple((ax, a) for _, axes in self.terms() for ax, a in enumerate(axes) if isinstance(a, Gather))
 
 
 @dataclass(frozen=True)
 class IndexedLoop:
-    """One fused loop: reads (one per scalar input), a scalar op, writes (one per node output).
+    """One fused loop nest: reads (one per scalar input), a scalar op, writes (one per node output).
 
-    The iteration space is ``(n, m1, ..., m_{ndim-1})``: ``n`` is the length of
-    the index vectors / direct operands along axis 0 (gathers act on axis 0
-    only), ``m_d`` the common length of the operands along axis ``d``.
+    ``ndim``: the iteration space's ndim (``None``: one more than the largest
+    loop dim mentioned). The length ``n<d>`` of loop dim ``d`` is that of
+    every operand axis addressed by ``d`` (:meth:`dim_operands`, checked at
+    runtime: the stock Elemwise refuses runtime broadcasting too), or 1 if
+    none is.
     """
 
     scalar_op: object
     reads: tuple[Read, ...]
     writes: tuple[Write, ...]
     inplace: tuple[int, ...] = field(default=())
+    ndim: int | None = None
 
     def __post_init__(self):
         nin = getattr(self.scalar_op, "nin", len(self.reads))
@@ -161,8 +198,18 @@ class IndexedLoop:
             raise ValueError(f"{nin} scalar inputs but {len(self.reads)} reads")
         if not self.reads:
             raise ValueError("a loop needs at least one read")
-        if len({r.ndim for r in self.reads}) != 1:
-            raise ValueError("all reads must have the loop's ndim")
+        mentioned = set().union(*(r.loop_dims() for r in self.reads))
+        for w in self.writes:
+            for _, axes in w.terms():
+                mentioned |= _axes_dims(axes)
+        if self.ndim is None:
+            object.__setattr__(self, "ndim", max(mentioned, default=-1) + 1)
+        if not 1 <= self.ndim <= MAX_LOOP_NDIM:
+            raise ValueError(f"loop ndim {self.ndim} not in 1..{MAX_LOOP_NDIM}")
+        if not mentioned <= set(range(self.ndim)):
+            raise ValueError("an access mentions a loop dim beyond the loop's ndim")
+        if not mentioned:
+            raise ValueError("no operand gives a loop length (all operands broadcast)")
         for w in self.writes:
             for o in (w.output, *(o for o, _ in w.also)):
                 if not 0 <= o < nout:
@@ -172,87 +219,76 @@ class IndexedLoop:
             raise ValueError("two writes into the same buffer input")
         if not set(self.inplace) <= set(buffers):
             raise ValueError("inplace positions must be write buffers")
-        reads_from = {r.array for r in self.reads} | {r.index for r in self.reads if r.index is not None}
-        reads_from |= {p for w in self.writes for _, p in w.terms()}
-        if reads_from & set(buffers):
+        if self.read_positions() & set(buffers):
             raise ValueError("a write buffer is also read by the loop")
-        if self.driver() is None:
-            raise ValueError("no operand gives the loop length (all operands broadcast)")
 
     # --- derived facts -------------------------------------------------
-    @property
-    def ndim(self) -> int:
-        return self.reads[0].ndim
+    def read_positions(self) -> set[int]:
+        """Node input positions the loop reads (arrays and every index array)."""
+        pos = {r.array for r in self.reads} | {g.index for r in self.reads for _, g in r.gathers()}
+        return pos | {g.index for w in self.writes for _, g in w.gathers()}
 
     @property
     def n_inputs(self) -> int:
-        pos = [r.array for r in self.reads] + [r.index for r in self.reads if r.index is not None]
-        pos += [p for w in self.writes for p in (w.buffer, w.index) if p is not None]
-        pos += [p for w in self.writes for _, p in w.also]
+        pos = self.read_positions() | {w.buffer for w in self.writes if w.buffer is not None}
         return max(pos) + 1
 
     @property
     def n_outputs(self) -> int:
         return len(self.writes)
 
-    def driver(self) -> int | None:
-        """Node input position whose length (axis 0) is the loop length ``n``."""
-        for r in self.reads:
-            if not r.broadcast[0]:
-                return r.array if r.index is None else r.index
-        for w in self.writes:
-            if w.index is not None:
-                return w.index
-        return None
+    def accesses(self):
+        """Every ``(array position, axes)`` the loop addresses: reads, then scatter terms."""
+        out = [(r.array, r.axes) for r in self.reads]
+        out += [(w.buffer, axes) for w in self.writes for _, axes in w.terms()]
+        return out
 
-    def dim_source(self, d: int) -> int | None:
-        """Node input position whose axis ``d`` (>= 1) gives ``m_d``; ``None``: all broadcast, ``m_d = 1``."""
-        for r in self.reads:
-            if not r.broadcast[d]:
-                return r.array
-        return None
+    def dim_operands(self, d: int) -> tuple[tuple[int, int], ...]:
+        """``(input position, axis)`` pairs whose length must equal ``n<d>`` (reads first)."""
+        pairs = []
+        for array, axes in self.accesses():
+            for ax, a in enumerate(axes):
+                if a == d and not isinstance(a, Gather):
+                    pairs.append((array, ax))
+                elif isinstance(a, Gather):
+                    pairs.extend((a.index, j) for j, e in enumerate(a.dims) if e == d)
+        return tuple(dict.fromkeys(pairs))
 
-    def length_checked(self) -> tuple[int, ...]:
-        """Node input positions whose axis-0 length must equal ``n`` (checked at runtime)."""
-        pos = []
-        for r in self.reads:
-            if not r.broadcast[0]:
-                pos.append(r.array if r.index is None else r.index)
-        pos += [p for w in self.writes for _, p in w.terms()]
-        return tuple(dict.fromkeys(pos))
+    def dim_source(self, d: int) -> tuple[int, int] | None:
+        """The ``(input position, axis)`` giving ``n<d>``; ``None``: no operand spans ``d``, ``n<d> = 1``."""
+        ops = self.dim_operands(d)
+        return ops[0] if ops else None
 
-    def dim_checked(self, d: int) -> tuple[int, ...]:
-        """Node input positions whose axis ``d`` (>= 1) must equal ``m_d`` (checked at runtime)."""
-        pos = [r.array for r in self.reads if not r.broadcast[d]]
-        pos += [w.buffer for w in self.writes if w.buffer is not None]
-        return tuple(dict.fromkeys(pos))
+    def gathered(self) -> tuple[tuple[int, int, Gather], ...]:
+        """Distinct ``(array, axis, Gather)`` triples: every index lookup, reads and scatters."""
+        out = [(array, ax, a) for array, axes in self.accesses() for ax, a in enumerate(axes) if isinstance(a, Gather)]
+        return tuple(dict.fromkeys(out))
 
-    def gathered(self) -> tuple[tuple[int, int], ...]:
-        """Distinct ``(array, index)`` pairs read through an index."""
-        return tuple(dict.fromkeys((r.array, r.index) for r in self.reads if r.index is not None))
-
+    # --- printing -----------------------------------------------------
     def short(self) -> str:
         ins = ", ".join(map(str, self.reads))
         outs = "; ".join(self._write_statements(lambda k, w: f"${w.buffer}"))
         ip = f"; inplace={list(self.inplace)}" if self.inplace else ""
         return f"{self.scalar_op}({ins}) -> {outs}{ip}"
 
+    def _dim_text(self, d: int) -> str:
+        src = self.dim_source(d)
+        return "1" if src is None else f"${src[0]}.shape[{src[1]}]"
+
     def __str__(self) -> str:
-        nd = self.ndim
         lines = []
+        shape = ", ".join(f"n{d}" for d in range(self.ndim))
         for k, w in enumerate(self.writes):
             if w.mode == STORE:
-                lines.append(f"out{k} = empty({', '.join(['n'] + [f'm{d}' for d in range(1, nd)])})")
+                lines.append(f"out{k} = empty({shape})")
             elif w.mode in REDUCTIONS:
                 lines.append(f"out{k} = {({SUM: '0', ALL: 'True', ANY: 'False'})[w.mode]}")
             else:
                 src = f"${w.buffer}" if w.buffer in self.inplace else f"copy(${w.buffer})"
                 lines.append(f"out{k} = {src}")
-        lines.append(f"for i < n = len(${self.driver()}):")
-        ind = "  "
-        for d in range(1, nd):
-            src = self.dim_source(d)
-            lines.append(f"{ind}for k{d} < m{d} = {'1' if src is None else f'${src}.shape[{d}]'}:")
+        ind = ""
+        for d in range(self.ndim):
+            lines.append(f"{ind}for i{d} < n{d} = {self._dim_text(d)}:")
             ind += "  "
         for k, r in enumerate(self.reads):
             lines.append(f"{ind}a{k} = {r}")
@@ -265,33 +301,58 @@ class IndexedLoop:
 
     def _write_statements(self, scatter_name) -> list[str]:
         """One statement per write; ``scatter_name(k, w)`` names the buffer a scatter writes into."""
-        nd = self.ndim
-        rest = "".join(f", k{d}" for d in range(1, nd))
+        here = ", ".join(f"i{d}" for d in range(self.ndim))
         out = []
         for k, w in enumerate(self.writes):
-            op = "=" if w.mode in (STORE, SET) else _RED_OP.get(w.mode, "+=")
-            if w.mode == STORE or w.mode in REDUCTIONS:
-                out.append(f"out{k}{w.target(nd)} {op} o{w.output}")
+            if w.mode == STORE:
+                out.append(f"out{k}[{here}] = o{w.output}")
+            elif w.mode in REDUCTIONS:
+                out.append(f"out{k} {_RED_OP[w.mode]} o{w.output}")
             else:
-                out.extend(f"{scatter_name(k, w)}[${p}[i]{rest}] {op} o{o}" for o, p in w.terms())
+                op = "=" if w.mode == SET else "+="
+                out.extend(f"{_access(scatter_name(k, w), axes)} {op} o{o}" for o, axes in w.terms())
         return out
-
-
 
 
 def _normalize_index(index: np.ndarray, size: int) -> np.ndarray:
     idx = np.asarray(index)
     if idx.dtype.kind not in "iu":
         raise TypeError(f"index array of dtype {idx.dtype}")
-    idx = idx.astype(np.int64) if idx.dtype != np.uint64 else idx
     if idx.dtype == np.uint64:
         if np.any(idx >= np.uint64(size)):
             raise IndexError("index out of bounds")
         return idx.astype(np.int64)
-    bad = (idx < -size) | (idx >= size)
-    if np.any(bad):
+    idx = idx.astype(np.int64)
+    if np.any((idx < -size) | (idx >= size)):
         raise IndexError("index out of bounds")
     return np.where(idx < 0, idx + size, idx)
+
+
+def loop_shape(loop: IndexedLoop, inputs) -> tuple[int, ...]:
+    """The iteration space's shape for ``inputs``; ``ValueError`` if operands disagree."""
+    shape = []
+    for d in range(loop.ndim):
+        ops = loop.dim_operands(d)
+        n = inputs[ops[0][0]].shape[ops[0][1]] if ops else 1
+        for p, ax in ops:
+            if inputs[p].shape[ax] != n:
+                raise ValueError(f"loop operand ${p} has length {inputs[p].shape[ax]} on axis {ax}, expected {n}")
+        shape.append(n)
+    return tuple(shape)
+
+
+def _positions(axes, array_shape, inputs, grid):
+    """Numpy index tuple addressing an array through ``axes`` over the loop ``grid``."""
+    pos = []
+    for ax, a in enumerate(axes):
+        if a is None:
+            pos.append(0)
+        elif isinstance(a, Gather):
+            idx = _normalize_index(inputs[a.index], array_shape[ax])
+            pos.append(idx[tuple(0 if e is None else grid[e] for e in a.dims)])
+        else:
+            pos.append(grid[a])
+    return tuple(pos)
 
 
 def evaluate(loop: IndexedLoop, inputs, out_dtypes, scalar_impl=None):
@@ -303,27 +364,13 @@ def evaluate(loop: IndexedLoop, inputs, out_dtypes, scalar_impl=None):
     """
     impl = scalar_impl or loop.scalar_op.impl
     inputs = [np.asarray(a) for a in inputs]
+    shape = loop_shape(loop, inputs)
     nd = loop.ndim
-    n = inputs[loop.driver()].shape[0]
-    for p in loop.length_checked():
-        if inputs[p].shape[0] != n:
-            raise ValueError(f"loop operand ${p} has length {inputs[p].shape[0]}, expected {n}")
-    shape = [n]
-    for d in range(1, nd):
-        src = loop.dim_source(d)
-        m = 1 if src is None else inputs[src].shape[d]
-        for p in loop.dim_checked(d):
-            if inputs[p].shape[d] != m:
-                raise ValueError(f"loop operand ${p} has length {inputs[p].shape[d]} on axis {d}, expected {m}")
-        shape.append(m)
-    shape = tuple(shape)
+    grid = [np.arange(n).reshape([-1 if e == d else 1 for e in range(nd)]) for d, n in enumerate(shape)]
     operands = []
     for r in loop.reads:
         arr = inputs[r.array]
-        if r.index is not None:
-            pos = _normalize_index(inputs[r.index], arr.shape[0])
-            arr = arr[pos[:1]] if r.broadcast[0] else arr[pos]
-        operands.append(np.broadcast_to(arr, shape))
+        operands.append(np.broadcast_to(arr[_positions(r.axes, arr.shape, inputs, grid)], shape))
     nout = getattr(loop.scalar_op, "nout", 1)
     results = [np.empty(shape, dtype=object) for _ in range(nout)]
     for ix in np.ndindex(*shape):
@@ -337,22 +384,24 @@ def evaluate(loop: IndexedLoop, inputs, out_dtypes, scalar_impl=None):
         vals = results[w.output].astype(dtype)
         if w.mode == STORE:
             outs.append(vals)
-            continue
-        if w.mode == SUM:
+        elif w.mode == SUM:
             outs.append(np.asarray(vals.sum(dtype=dtype), dtype=dtype))
-            continue
-        if w.mode in (ALL, ANY):
+        elif w.mode in (ALL, ANY):
             red = np.all if w.mode == ALL else np.any
             outs.append(np.asarray(red(results[w.output].astype(bool)), dtype=dtype))
-            continue
-        buf = inputs[w.buffer].copy()
-        pos = _normalize_index(inputs[w.index], buf.shape[0])
-        if w.mode == INC:
-            for o, p in w.terms():  # one scatter after the other, like stock
-                pos = _normalize_index(inputs[p], buf.shape[0])
-                np.add.at(buf, pos, results[o].astype(dtype).astype(buf.dtype))
         else:
-            for p, v in zip(pos, vals):  # sequential: last write wins
-                buf[p] = v
-        outs.append(buf)
+            outs.append(_scatter(w, inputs, results, dtype, shape, grid))
     return outs
+
+
+def _scatter(w: Write, inputs, results, dtype, shape, grid):
+    buf = inputs[w.buffer].copy()
+    for o, axes in w.terms():  # one scatter after the other, like stock
+        pos = np.broadcast_arrays(*_positions(axes, buf.shape, inputs, grid), np.empty(shape))[:-1]
+        vals = results[o].astype(dtype).astype(buf.dtype)
+        if w.mode == INC:
+            np.add.at(buf, tuple(pos), vals)
+        else:  # sequential, in loop order: last write wins
+            for ix in np.ndindex(*shape):
+                buf[tuple(p[ix] for p in pos)] = vals[ix]
+    return buf

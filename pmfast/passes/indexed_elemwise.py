@@ -32,21 +32,23 @@ compilation. See ``docs/passes/indexed_elemwise.md``.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from hashlib import sha256
 
 import numpy as np
 
 from pmfast.loops.codegen import LAZY_VERSION, generate_source, lazy_composite_source, source_key
-from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, IndexedLoop, Read, Write, evaluate
+from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
 from pmfast.passes.registry import record, register_pass
 
 _log = logging.getLogger(__name__)
 
 PASS_NAME = "indexed_elemwise"
 #: Part of every cache key of the generated numba code.
-VERSION = "indexed_elemwise-1"
+VERSION = "indexed_elemwise-2"
 
-from pytensor.graph.basic import Apply  # noqa: E402
+import pytensor.scalar as ps  # noqa: E402
+from pytensor.graph.basic import Apply, Constant  # noqa: E402
 from pytensor.graph.op import Op  # noqa: E402
 from pytensor.graph.rewriting.basic import (  # noqa: E402
     GraphRewriter,
@@ -55,9 +57,19 @@ from pytensor.graph.rewriting.basic import (  # noqa: E402
 )
 from pytensor.graph.traversal import ancestors  # noqa: E402
 from pytensor.tensor.basic import as_tensor_variable  # noqa: E402
-from pytensor.tensor.elemwise import Elemwise  # noqa: E402
+from pytensor.tensor.basic import MakeVector  # noqa: E402
+from pytensor.tensor.elemwise import DimShuffle, Elemwise  # noqa: E402
 from pytensor.tensor.math import All, Any, Sum  # noqa: E402
-from pytensor.tensor.subtensor import AdvancedIncSubtensor1, AdvancedSubtensor1  # noqa: E402
+from pytensor.tensor.shape import Reshape, Shape_i, SpecifyShape  # noqa: E402
+from pytensor.tensor.subtensor import (  # noqa: E402
+    AdvancedIncSubtensor,
+    AdvancedIncSubtensor1,
+    AdvancedSubtensor,
+    AdvancedSubtensor1,
+    MakeSlice,
+)
+from pytensor.tensor.type import TensorType  # noqa: E402
+from pytensor.tensor.type_other import SliceType  # noqa: E402
 
 
 def _pmfast_version() -> str:
@@ -92,18 +104,13 @@ class IndexedElemwise(Op):
         loop = self.loop
         if len(inputs) != loop.n_inputs:
             raise TypeError(f"IndexedElemwise expects {loop.n_inputs} inputs, got {len(inputs)}")
-        for r in loop.reads:
-            if inputs[r.array].type.ndim != loop.ndim:
-                raise TypeError("IndexedElemwise reads arrays of the loop's ndim only")
-        idx_pos = {r.index for r in loop.reads if r.index is not None}
-        idx_pos |= {p for w in loop.writes for _, p in w.terms()}
-        for p in idx_pos:
-            t = inputs[p].type
-            if t.ndim != 1 or np.dtype(t.dtype).kind not in "iu":
-                raise TypeError("IndexedElemwise index arrays must be integer vectors")
-        for w, t in zip(loop.writes, self.out_types):
-            if w.buffer is not None and inputs[w.buffer].type.ndim != loop.ndim:
-                raise TypeError("IndexedElemwise writes into buffers of the loop's ndim only")
+        for array, axes in loop.accesses():
+            if inputs[array].type.ndim != len(axes):
+                raise TypeError(f"IndexedElemwise addresses ${array} with {len(axes)} axes")
+        for _, _, g in loop.gathered():
+            t = inputs[g.index].type
+            if t.ndim != len(g.dims) or np.dtype(t.dtype).kind not in "iu":
+                raise TypeError(f"IndexedElemwise index ${g.index} must be an integer array of ndim {len(g.dims)}")
         return Apply(self, inputs, [t() for t in self.out_types])
 
     def perform(self, node, inputs, output_storage):
@@ -119,10 +126,10 @@ class IndexedElemwise(Op):
         from pytensor.tensor.basic import constant
 
         loop = self.loop
-        shape = [shapes[loop.driver()][0]]
-        for d in range(1, loop.ndim):
+        shape = []
+        for d in range(loop.ndim):
             src = loop.dim_source(d)
-            shape.append(constant(1, dtype="int64") if src is None else shapes[src][d])
+            shape.append(constant(1, dtype="int64") if src is None else shapes[src[0]][src[1]])
         out = []
         for w in loop.writes:
             if w.mode == STORE:
@@ -139,6 +146,7 @@ class IndexedElemwise(Op):
             self.loop.reads,
             self.loop.writes,
             tuple(sorted(set(self.loop.inplace) | set(buffers))),
+            ndim=self.loop.ndim,
         )
         return IndexedElemwise(loop, self.out_types)
 
@@ -243,8 +251,8 @@ FUSE_SUM = True
 #: evaluates both. Switch off to measure without it.
 LAZY_SWITCH = True
 
-#: Largest Elemwise ndim fused (gathers act on axis 0; the other axes are inner loops).
-MAX_NDIM = 3
+#: Largest Elemwise ndim fused (one nested loop per dim).
+MAX_NDIM = 4
 
 #: Widest fused node: node inputs, node outputs and scalar inputs each at most
 #: this. Past 30 items CPython compiles a call/tuple as BUILD_LIST + appends,
@@ -254,101 +262,411 @@ MAX_NDIM = 3
 #: (wide nodes are ``wide_split``'s business).
 MAX_ARGS = 30
 
-
-def _is_int_vector(v) -> bool:
-    return v.type.ndim == 1 and np.dtype(v.type.dtype).kind in "iu"
+_INC_OPS = (AdvancedIncSubtensor1, AdvancedIncSubtensor)
 
 
-def _gather(v):
-    """``(source, index)`` if ``v`` is a supported gather ``source[index]``, else ``None``."""
+def _is_int_array(v) -> bool:
+    return isinstance(v.type, TensorType) and v.type.ndim >= 1 and np.dtype(v.type.dtype).kind in "iu"
+
+
+def _is_full_slice(v) -> bool:
+    if isinstance(v, Constant) and isinstance(v.type, SliceType):
+        return v.data == slice(None, None, None)
     node = v.owner
-    if node is None or not isinstance(node.op, AdvancedSubtensor1):
+    if node is not None and isinstance(node.op, MakeSlice):
+        return all(isinstance(a, Constant) and a.data is None for a in node.inputs)
+    return False
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """Numpy advanced indexing of an array by full slices and integer arrays.
+
+    ``arrays``: ``(array axis, index variable)`` pairs; ``out``: per result
+    axis, ``("s", array axis)`` (a sliced axis) or ``("b", k)`` (axis ``k``
+    of the index arrays' broadcast shape, of ndim ``bdim``).
+    """
+
+    arrays: tuple
+    out: tuple
+    bdim: int
+
+    def aligned(self, k: int):
+        """``(index variable, its axis)`` pairs running along broadcast axis ``k``, not of static length 1."""
+        pairs = []
+        for _, idx in self.arrays:
+            j = k - (self.bdim - idx.type.ndim)
+            if j >= 0 and not idx.type.broadcastable[j]:
+                pairs.append((idx, j))
+        return pairs
+
+
+def _layout(ndim: int, indices) -> _Layout | None:
+    """How ``array[indices]`` (full slices and integer arrays only) lays out its result, or ``None``."""
+    if len(indices) > ndim:
         return None
-    src, idx = node.inputs
-    if src.type.ndim < 1 or not _is_int_vector(idx):
+    kinds = []
+    for v in indices:
+        if _is_int_array(v):
+            kinds.append(v)
+        elif _is_full_slice(v):
+            kinds.append(None)
+        else:
+            return None  # a partial slice, a boolean mask, newaxis, a scalar index
+    kinds += [None] * (ndim - len(indices))
+    adv = [k for k, v in enumerate(kinds) if v is not None]
+    if not adv:
         return None
-    if np.dtype(src.type.dtype).kind not in _NUMERIC:
+    bdim = max(kinds[k].type.ndim for k in adv)
+    slices = [("s", k) for k, v in enumerate(kinds) if v is None]
+    bcast = [("b", k) for k in range(bdim)]
+    if adv == list(range(adv[0], adv[-1] + 1)):  # adjacent index arrays stay in place
+        out = [t for t in slices if t[1] < adv[0]] + bcast + [t for t in slices if t[1] > adv[-1]]
+    else:  # separated by a slice: numpy puts the broadcast axes first
+        out = bcast + slices
+    return _Layout(tuple((k, kinds[k]) for k in adv), tuple(out), bdim)
+
+
+def _indexed_axes(layout: _Layout, ndim: int, entries):
+    """Axis entries of ``array[...]``'s result -> entries of ``array``'s axes (Gathers hold index variables)."""
+    bentry = {}
+    axes = [None] * ndim
+    for e, (kind, k) in zip(entries, layout.out, strict=True):
+        if kind == "s":
+            axes[k] = e
+        elif isinstance(e, Gather):
+            return None  # an index array read through another index: not supported
+        else:
+            bentry[k] = e
+    for ax, idx in layout.arrays:
+        off = layout.bdim - idx.type.ndim
+        dims = []
+        for j, static_one in enumerate(idx.type.broadcastable):
+            e = bentry[off + j]
+            if static_one:
+                dims.append(None)
+            elif e is None:
+                return None
+            else:
+                dims.append(e)
+        axes[ax] = Gather(idx, tuple(dims))
+    return axes
+
+
+def _walk_views(var, entries):
+    """Follow ``DimShuffle`` s down from ``var``: ``(base, entries per base axis)``, or ``None``.
+
+    ``entries`` has one entry per axis of ``var``; a new (``'x'``) axis must have
+    entry ``None``; a dropped (length-1) axis of the base gets ``None``.
+    """
+    entries = list(entries)
+    while var.owner is not None and isinstance(var.owner.op, DimShuffle):
+        base = var.owner.inputs[0]
+        new = [None] * base.type.ndim
+        for e, o in zip(entries, var.owner.op.new_order, strict=True):
+            if o == "x":
+                if e is not None:
+                    return None
+            else:
+                new[o] = e
+        var, entries = base, new
+    return var, entries
+
+
+def _flattened_index(v):
+    """``I`` if ``v`` is ``I.reshape(-1)`` (``Reshape{1}(I, [-1])``) of an integer array ``I``."""
+    node = v.owner
+    if node is None or not isinstance(node.op, Reshape) or node.op.ndim != 1:
+        return None
+    idx, shp = node.inputs
+    if not (isinstance(shp, Constant) and np.array_equal(np.asarray(shp.data), [-1]) and _is_int_array(idx)):
+        return None
+    return idx
+
+
+def _is_shape_of(v, var, axis: int) -> bool:
+    return v.owner is not None and isinstance(v.owner.op, Shape_i) and v.owner.op.i == axis and v.owner.inputs[0] is var
+
+
+def _nd_gather(var):
+    """``(source, I)`` if ``var`` is pytensor's form of ``source[I]`` for an ND index ``I``:
+    ``AdvancedSubtensor1(source, I.reshape(-1)).reshape((*I.shape, *source.shape[1:]))``."""
+    node = var.owner
+    gathered, shp = node.inputs
+    if gathered.owner is None or not isinstance(gathered.owner.op, AdvancedSubtensor1):
+        return None
+    src, flat = gathered.owner.inputs
+    idx = _flattened_index(flat)
+    if idx is None or var.type.ndim != idx.type.ndim + src.type.ndim - 1:
+        return None
+    want = [(idx, j) for j in range(idx.type.ndim)] + [(src, b) for b in range(1, src.type.ndim)]
+    if shp.owner is None or not isinstance(shp.owner.op, MakeVector) or len(shp.owner.inputs) != len(want):
+        return None
+    if not all(_is_shape_of(e, v, ax) for e, (v, ax) in zip(shp.owner.inputs, want)):
         return None
     return src, idx
 
 
-def _loop_length_vars(var) -> list:
-    """If ``var`` is a ``store`` output of an :class:`IndexedElemwise`, the variables
-    whose axis-0 length that loop checked equal to ``var``'s (it raises otherwise)."""
-    owner = var.owner
-    if owner is None or not isinstance(owner.op, IndexedElemwise):
-        return []
-    k = owner.outputs.index(var)
-    loop = owner.op.loop
-    if loop.writes[k].mode != STORE:
-        return []
-    return [owner.inputs[p] for p in loop.length_checked()]
+def _through_index(var, entries):
+    """``(array, its axis entries)`` if ``var`` is an integer-array indexing of ``array``, else ``None``."""
+    node = var.owner
+    if node is None:
+        return None
+    if isinstance(node.op, Reshape):
+        nd = _nd_gather(var)
+        if nd is None:
+            return None
+        src, idx = nd
+        layout = _Layout(((0, idx),), tuple(("b", k) for k in range(idx.type.ndim)) + tuple(
+            ("s", b) for b in range(1, src.type.ndim)
+        ), idx.type.ndim)
+    elif isinstance(node.op, AdvancedSubtensor1 | AdvancedSubtensor):
+        src, *indices = node.inputs
+        layout = _layout(src.type.ndim, indices)
+    else:
+        return None
+    if layout is None or len(layout.out) != var.type.ndim:
+        return None
+    axes = _indexed_axes(layout, src.type.ndim, entries)
+    return None if axes is None else (src, axes)
 
 
-def _length_proven(fgraph, node, out, widx) -> bool:
-    """Is ``len(out) == len(widx)`` guaranteed whenever the graph runs without error?
+def _gather_read(var):
+    """``(source, axes)`` if the Elemwise input ``var`` reads ``source`` through integer arrays.
 
-    Elemwise refuses runtime broadcasting, so the output length equals that of
-    every non-broadcastable input; an input gathered through ``widx`` (or
-    ``widx`` itself, or an input the ShapeFeature knows has ``widx``'s length)
-    pins it. Equal static lengths do too.
+    Forms: ``AdvancedSubtensor1``, ``AdvancedSubtensor`` with integer arrays and
+    full slices, the reshaped gather of an ND index, each possibly between
+    ``DimShuffle`` s (``x.T[idx].T``, ``x[idx][:, None]``). ``axes`` holds
+    :class:`Gather` s of index *variables*.
     """
-    if out.type.broadcastable[0]:
-        return False
-    n_static = out.type.shape[0]
-    if n_static is not None and n_static == widx.type.shape[0]:
-        return True
-    sf = getattr(fgraph, "shape_feature", None)
-    candidates = [out]
-    for inp in node.inputs:
-        if inp.type.broadcastable[0]:
+    walked = _walk_views(var, [None if b else d for d, b in enumerate(var.type.broadcastable)])
+    if walked is None:
+        return None
+    res = _through_index(*walked)
+    if res is None:
+        return None
+    src, axes = _walk_views(*res) or (None, None)
+    if src is None or np.dtype(src.type.dtype).kind not in _NUMERIC:
+        return None
+    return src, axes
+
+
+def _producer_equal_axes(v, a: int):
+    """``(variable, axis)`` pairs whose length ``v``'s producer guarantees equal to ``v.shape[a]``."""
+    node = v.owner
+    if node is None:
+        return []
+    op = node.op
+    if isinstance(op, DimShuffle):
+        o = op.new_order[a]
+        return [] if o == "x" else [(node.inputs[0], o)]
+    if isinstance(op, Elemwise):
+        return [] if v.type.broadcastable[a] else [(i, a) for i in node.inputs if not i.type.broadcastable[a]]
+    if isinstance(op, SpecifyShape):
+        s = node.inputs[1 + a]
+        pairs = [(node.inputs[0], a)]
+        if s.owner is not None and isinstance(s.owner.op, Shape_i):
+            pairs.append((s.owner.inputs[0], s.owner.op.i))
+        return pairs
+    if isinstance(op, AdvancedSubtensor1 | AdvancedSubtensor):
+        layout = _layout(node.inputs[0].type.ndim, node.inputs[1:])
+        if layout is None or len(layout.out) != v.type.ndim:
+            return []
+        kind, k = layout.out[a]
+        return [(node.inputs[0], k)] if kind == "s" else layout.aligned(k)
+    if isinstance(op, _INC_OPS):
+        return [(node.inputs[0], a)]
+    if isinstance(op, IndexedElemwise):
+        w = op.loop.writes[node.outputs.index(v)]
+        if w.mode == STORE:
+            return [(node.inputs[p], ax) for p, ax in op.loop.dim_operands(a)]
+        if w.mode in (INC, SET):
+            return [(node.inputs[w.buffer], a)]
+    return []
+
+
+#: Most (variable, axis) pairs visited by one length proof.
+_PROOF_LIMIT = 256
+
+
+def _equal_axes(seeds) -> set:
+    """Every ``(variable, axis)`` whose length provably equals the seeds' (walking producers only:
+    they ran, and checked their operands, before the node that consumes them)."""
+    seen: set = set()
+    todo = list(seeds)
+    while todo and len(seen) < _PROOF_LIMIT:
+        pair = todo.pop()
+        if pair in seen:
             continue
-        if inp is widx:
-            return True
-        g = _gather(inp)
-        if g is not None and g[1] is widx:
-            return True
-        if _loop_length_vars(inp) and any(v is widx for v in _loop_length_vars(inp)):
-            return True
-        candidates.append(inp)
-    if sf is not None:
-        for c in candidates:
-            try:
-                if c in sf.shape_of and widx in sf.shape_of and sf.same_shape(c, widx, 0, 0):
-                    return True
-            except Exception:
-                continue
-    return False
+        seen.add(pair)
+        todo.extend(_producer_equal_axes(*pair))
+    return seen
 
 
-def _dim_proven(fgraph, node, out, target, d) -> bool:
-    """Is ``out.shape[d] == target.shape[d]`` (``d >= 1``) guaranteed whenever the graph runs?
+class _Lengths:
+    """What is known about the lengths of the Elemwise ``node``'s dims, given that it runs.
 
-    Same reasoning as :func:`_length_proven`: every input not broadcastable on
-    axis ``d`` (and the array a gathered input comes from) has ``out``'s length there.
+    Elemwise refuses runtime broadcasting, so dim ``d``'s length is that of
+    every input not of static length 1 there, and (through their producers)
+    of whatever those inputs were checked against.
     """
-    if out.type.broadcastable[d]:
-        return False
-    if out.type.shape[d] is not None and out.type.shape[d] == target.type.shape[d]:
-        return True
-    sf = getattr(fgraph, "shape_feature", None)
+
+    def __init__(self, fgraph, node):
+        self.node = node
+        self.sf = getattr(fgraph, "shape_feature", None)
+        self._known: dict = {}
+
+    def known(self, d: int) -> set:
+        if d not in self._known:
+            vs = (*self.node.inputs, *self.node.outputs)
+            self._known[d] = _equal_axes([(v, d) for v in vs if not v.type.broadcastable[d]])
+        return self._known[d]
+
+    def equal(self, d: int, var, axis: int) -> bool:
+        """Is ``var.shape[axis]`` equal to dim ``d``'s length whenever the graph runs without error?"""
+        out = self.node.outputs[0]
+        if out.type.broadcastable[d] or var.type.broadcastable[axis]:
+            return False
+        if out.type.shape[d] is not None and out.type.shape[d] == var.type.shape[axis]:
+            return True
+        known = self.known(d)
+        return (var, axis) in known or any(_same_shape(self.sf, v, a, var, axis) for v, a in known)
+
+
+def _same_shape(sf, v, a, w, b) -> bool:
     if sf is None:
         return False
-    candidates = [out]
-    for inp in node.inputs:
-        if inp.type.broadcastable[d]:
-            continue
-        candidates.append(inp)
-        g = _gather(inp)
-        if g is not None:
-            candidates.append(g[0])
-    for c in candidates:
-        try:
-            if c in sf.shape_of and target in sf.shape_of and sf.same_shape(c, target, d, d):
-                return True
-        except Exception:
-            continue
-    return False
+    try:
+        return v in sf.shape_of and w in sf.shape_of and bool(sf.same_shape(v, w, a, b))
+    except Exception:
+        return False
+
+
+def _indices_agree(fgraph, layout: _Layout) -> bool:
+    """Are the index arrays' lengths along each broadcast axis provably equal?
+
+    Numpy broadcasts an index array of runtime length 1 against the others;
+    the loop does not (it checks them equal), so it needs the equality up front.
+    """
+    sf = getattr(fgraph, "shape_feature", None)
+    for k in range(layout.bdim):
+        pairs = layout.aligned(k)
+        for v, a in pairs[1:]:
+            w, b = pairs[0]
+            static = w.type.shape[b]
+            if v is w or (static is not None and static == v.type.shape[a]):
+                continue
+            if (v, a) in _equal_axes([(w, b)]) or (w, b) in _equal_axes([(v, a)]) or _same_shape(sf, w, b, v, a):
+                continue
+            return False
+    return True
+
+
+def _read_layouts(var):
+    """The index layouts a gathered read goes through (for :func:`_indices_agree`)."""
+    base, _ = _walk_views(var, [None] * var.type.ndim) or (None, None)
+    node = getattr(base, "owner", None)
+    if node is not None and isinstance(node.op, AdvancedSubtensor):
+        layout = _layout(node.inputs[0].type.ndim, node.inputs[1:])
+        return [layout] if layout is not None else []
+    return []
+
+
+def _loop_dims_of(y, out):
+    """Loop dim of each axis of ``y``, a ``DimShuffle`` chain of the node output ``out`` (no new axes)."""
+    base, entries = _walk_views(y, list(range(y.type.ndim))) or (None, None)
+    if base is not out or None in entries:
+        return None
+    dims = [None] * y.type.ndim
+    for d, ya in enumerate(entries):
+        dims[ya] = d
+    return None if None in dims else dims
+
+
+@dataclass(frozen=True)
+class _Scatter:
+    """A scatter of a node output into ``buffer`` as the loop can do it."""
+
+    mode: str
+    buffer: object
+    axes: tuple  # per buffer axis: loop dim or Gather of an index variable
+    proofs: tuple  # (loop dim, variable, axis): lengths that must be proven equal
+    in_loop_order: bool  # y's axes follow the loop dims (needed for set: same write order as stock)
+    index_vars: tuple
+
+
+def _scatter_of(fgraph, client, out, ndim: int) -> _Scatter | None:
+    """How ``client`` (an ``AdvancedIncSubtensor1`` / ``AdvancedIncSubtensor``) scatters ``out``, or ``None``."""
+    op = client.op
+    if not isinstance(op, _INC_OPS) or op.inplace:
+        return None
+    if isinstance(op, AdvancedIncSubtensor) and op.ignore_duplicates and not op.set_instead_of_inc:
+        return None
+    mode = SET if op.set_instead_of_inc else INC
+    buf, y, *indices = client.inputs
+    flat = _flattened_index(indices[0]) if len(indices) == 1 else None
+    if flat is not None and buf.type.ndim == 1 and flat.type.ndim == ndim:
+        # grad of v[I] for an ND index I: inc_subtensor(zeros[I.reshape(-1)], g.reshape(-1))
+        if y.owner is None or not isinstance(y.owner.op, Reshape) or y.owner.inputs[0] is not out:
+            return None
+        if not _is_flattening_shape(y.owner.inputs[1], flat):
+            return None
+        axes = (Gather(flat, tuple(range(ndim))),)
+        proofs = tuple((d, flat, d) for d in range(ndim))
+        return _Scatter(mode, buf, axes, proofs, True, (flat,))
+    dims = _loop_dims_of(y, out)
+    layout = _layout(buf.type.ndim, indices)
+    if dims is None or layout is None or len(layout.out) != len(dims) or not _indices_agree(fgraph, layout):
+        return None
+    axes = _indexed_axes(layout, buf.type.ndim, dims)
+    if axes is None:
+        return None
+    proofs = []
+    for d, (kind, k) in zip(dims, layout.out):
+        pairs = [(buf, k)] if kind == "s" else layout.aligned(k)
+        if not pairs:
+            return None  # every index broadcasts there: y would be broadcast into the region
+        proofs.append((d, *pairs[0]))
+    return _Scatter(mode, buf, tuple(axes), tuple(proofs), dims == sorted(dims), tuple(i for _, i in layout.arrays))
+
+
+def _is_flattening_shape(shp, idx) -> bool:
+    """``shp`` is ``[-1]`` or ``[prod(idx.shape)]`` (as pytensor builds it): a flattening of ``idx``'s shape."""
+    if isinstance(shp, Constant):
+        return np.array_equal(np.asarray(shp.data), [-1])
+    node = shp.owner
+    if node is None or not isinstance(node.op, MakeVector) or len(node.inputs) != 1:
+        return False
+    prod = node.inputs[0]
+    op = getattr(prod.owner, "op", None)
+    factors = prod.owner.inputs if isinstance(op, Elemwise) and isinstance(op.scalar_op, ps.Mul) else [prod]
+    return len(factors) == idx.type.ndim and all(_is_shape_of(f, idx, j) for j, f in enumerate(factors))
+
+
+def _via_views(fgraph, out, client, i):
+    """The inc node that ``client`` (consuming ``out`` at input ``i``) leads to as its ``y``:
+    directly or through single-client ``DimShuffle`` s / one flattening ``Reshape``."""
+    v, node = out, client
+    outputs = set(fgraph.outputs)
+    while True:
+        if isinstance(node.op, _INC_OPS):
+            return node if i == 1 and node.inputs[1] is v else None
+        if not isinstance(node.op, DimShuffle | Reshape) or i != 0:
+            return None
+        v = node.outputs[0]
+        cl = fgraph.clients.get(v, [])
+        if v in outputs or len(cl) != 1:
+            return None
+        node, i = cl[0]
+
+
+def _y_output(y, node_outputs):
+    """The node output ``y`` is a view chain of, or ``None``."""
+    while y not in node_outputs:
+        if y.owner is None or not isinstance(y.owner.op, DimShuffle | Reshape):
+            return None
+        y = y.owner.inputs[0]
+    return y
 
 
 def _depends_on(vars_, node) -> bool:
@@ -357,7 +675,7 @@ def _depends_on(vars_, node) -> bool:
 
 
 def _is_full_sum(client, out) -> bool:
-    """``client`` is ``Sum`` over all of the 1-d float ``out``, accumulating in ``out``'s dtype."""
+    """``client`` is ``Sum`` over all of the float ``out``, accumulating in ``out``'s dtype."""
     c_op = getattr(client, "op", None)
     if not isinstance(c_op, Sum) or client.inputs[0] is not out:
         return False
@@ -415,41 +733,44 @@ def _build_fused(fgraph, node, scatters: bool):
             new_inputs.append(var)
         return positions[var]
 
+    def at_positions(axes):
+        return tuple(Gather(pos(a.index), a.dims) if isinstance(a, Gather) else a for a in axes)
+
     reads = []
     read_vars = set()
     n_gathers = 0
     for inp in node.inputs:
-        g = _gather(inp)
-        if g is not None:
-            src, idx = g
-            reads.append(Read(pos(src), pos(idx), broadcast=inp.type.broadcastable))
-            read_vars.update((src, idx))
+        g = _gather_read(inp)
+        if g is not None and all(_indices_agree(fgraph, lay) for lay in _read_layouts(inp)):
+            src, axes = g
+            reads.append(Read(pos(src), at_positions(axes)))
+            read_vars.add(src)
+            read_vars.update(a.index for a in axes if isinstance(a, Gather))
             n_gathers += 1
         else:
-            reads.append(Read(pos(inp), None, broadcast=inp.type.broadcastable))
+            reads.append(Read(pos(inp), tuple(None if b else d for d, b in enumerate(inp.type.broadcastable))))
             read_vars.add(inp)
 
     clients = fgraph.clients
     outputs_set = set(fgraph.outputs)
     node_outputs = list(node.outputs)
+    lengths = _Lengths(fgraph, node)
 
-    def scatter_ok(client, out, target) -> bool:
-        """``client`` = ``AdvancedIncSubtensor1(target, out, widx)`` can be done in the loop."""
-        widx = client.inputs[2]
-        return (
-            not client.op.inplace
-            and client.inputs[1] is out
-            and client.inputs[0] is not out
-            and widx is not out
-            and target.type.ndim == ndim
-            and not any(out.type.broadcastable)
-            and _is_int_vector(widx)
-            and target.type.dtype == out.type.dtype
-            and client.outputs[0].type.dtype == target.type.dtype
-            and all(_dim_proven(fgraph, node, out, target, d) for d in range(1, ndim))
-            and _length_proven(fgraph, node, out, widx)
-            and not _depends_on([widx], node)
-        )
+    def scatter_ok(client, out, target) -> _Scatter | None:
+        """The scatter ``client`` of ``out`` into ``target``, if the loop can do it."""
+        sc = _scatter_of(fgraph, client, out, ndim)
+        if (
+            sc is None
+            or client.inputs[0] is not target
+            or target is out
+            or any(out.type.broadcastable)
+            or target.type.dtype != out.type.dtype
+            or client.outputs[0].type.dtype != target.type.dtype
+            or (sc.mode == SET and not sc.in_loop_order)
+            or _depends_on(list(sc.index_vars), node)
+        ):
+            return None
+        return sc if all(lengths.equal(d, v, a) for d, v, a in sc.proofs) else None
 
     def chain_of(first):
         """Further ``inc`` scatters of this node's outputs into ``first``'s result, in order."""
@@ -460,36 +781,31 @@ def _build_fused(fgraph, node, scatters: bool):
             if len(cl) != 1 or cur.outputs[0] in outputs_set:
                 break
             nxt, i = cl[0]
-            if (
-                i != 0
-                or not isinstance(getattr(nxt, "op", None), AdvancedIncSubtensor1)
-                or nxt.op.set_instead_of_inc
-                or nxt.inputs[1] not in node_outputs
-                or not scatter_ok(nxt, nxt.inputs[1], cur.outputs[0])
-            ):
+            if i != 0 or not isinstance(getattr(nxt, "op", None), _INC_OPS) or nxt.op.set_instead_of_inc:
                 break
-            chain.append((node_outputs.index(nxt.inputs[1]), nxt))
+            out2 = _y_output(nxt.inputs[1], node_outputs)
+            sc = None if out2 is None else scatter_ok(nxt, out2, cur.outputs[0])
+            if sc is None:
+                break
+            chain.append((node_outputs.index(out2), nxt, sc))
             cur = nxt
         return chain
 
     # first pass: the scatters done in the loop (and the chained ones they absorb)
-    primaries: dict = {}  # client -> chain
+    primaries: dict = {}  # inc node -> (its _Scatter, chain)
     chained = set()
-    for k, out in enumerate(node.outputs if scatters else ()):
+    for out in node.outputs if scatters else ():
         for client, i in clients.get(out, []):
-            if (
-                i == 1
-                and isinstance(getattr(client, "op", None), AdvancedIncSubtensor1)
-                and client not in primaries
-                and scatter_ok(client, out, client.inputs[0])
-                and client.inputs[0] not in read_vars
-                and not _depends_on([client.inputs[0]], node)
-            ):
-                primaries[client] = []
-    for client in primaries:
-        chain = [(k2, c2) for k2, c2 in chain_of(client) if c2 not in primaries]
-        primaries[client] = chain
-        chained.update(c for _, c in chain)
+            inc = _via_views(fgraph, out, client, i)
+            if inc is None or inc in primaries:
+                continue
+            sc = scatter_ok(inc, out, inc.inputs[0])
+            if sc is not None and inc.inputs[0] not in read_vars and not _depends_on([inc.inputs[0]], node):
+                primaries[inc] = (sc, [])
+    for inc, (sc, _) in list(primaries.items()):
+        chain = [c for c in chain_of(inc) if c[1] not in primaries]
+        primaries[inc] = (sc, chain)
+        chained.update(c[1] for c in chain)
 
     writes = []
     out_types = []
@@ -497,31 +813,32 @@ def _build_fused(fgraph, node, scatters: bool):
     n_scatters = 0
     for k, out in enumerate(node.outputs):
         keep = out in outputs_set
-        scatters = []
+        incs = []
         sums = []
         for client, i in clients.get(out, []):
+            inc = _via_views(fgraph, out, client, i) if scatters else None
             if FUSE_SUM and _is_full_sum(client, out):
                 sums.append((SUM, client))
             elif FUSE_SUM and _full_bool_reduction(client, out) is not None:
                 sums.append((_full_bool_reduction(client, out), client))
-            elif client in primaries and i == 1:
-                scatters.append(client)
-            elif client in chained and i == 1:
+            elif inc in primaries:
+                incs.append(inc)
+            elif inc in chained:
                 pass  # done by its chain's first scatter
             else:
                 keep = True
         if keep:
-            writes.append(("store", k, None))
+            writes.append((STORE, k, None))
             out_types.append(out.type)
             replaced.append(out)
         for red, client in sums:
             writes.append((red, k, client))
             out_types.append(client.outputs[0].type)
             replaced.append(client.outputs[0])
-        for client in scatters:
-            mode = SET if client.op.set_instead_of_inc else INC
-            last = primaries[client][-1][1] if primaries[client] else client
-            writes.append((mode, k, client))
+        for inc in incs:
+            sc, chain = primaries[inc]
+            last = chain[-1][1] if chain else inc
+            writes.append((sc.mode, k, inc))
             out_types.append(last.outputs[0].type)
             replaced.append(last.outputs[0])
             n_scatters += 1
@@ -529,24 +846,22 @@ def _build_fused(fgraph, node, scatters: bool):
     if n_gathers == 0 and n_scatters == 0:
         return None
 
-    # write index arrays may be shared with reads; buffers always get their own slot
+    # index arrays may be shared with reads; buffers always get their own slot
     spec_writes = []
-    for mode, k, client in writes:
-        if mode == "store":
-            spec_writes.append(Write(k, STORE))
-        elif mode in REDUCTIONS:
+    for mode, k, inc in writes:
+        if inc is None or mode in REDUCTIONS:
             spec_writes.append(Write(k, mode))
-        else:
-            target, _, widx = client.inputs
-            widx_pos = pos(widx)
-            also = tuple((k2, pos(c2.inputs[2])) for k2, c2 in primaries[client])
-            buf_pos = len(new_inputs)
-            new_inputs.append(target)
-            spec_writes.append(Write(k, mode, buffer=buf_pos, index=widx_pos, also=also))
+            continue
+        sc, chain = primaries[inc]
+        axes = at_positions(sc.axes)
+        also = tuple((k2, at_positions(sc2.axes)) for k2, _, sc2 in chain)
+        buf_pos = len(new_inputs)
+        new_inputs.append(sc.buffer)
+        spec_writes.append(Write(k, mode, buffer=buf_pos, axes=axes, also=also))
 
     if len(new_inputs) > MAX_ARGS or len(spec_writes) > MAX_ARGS or len(reads) > MAX_ARGS:
         return _TOO_WIDE
-    loop = IndexedLoop(op.scalar_op, tuple(reads), tuple(spec_writes))
+    loop = IndexedLoop(op.scalar_op, tuple(reads), tuple(spec_writes), ndim=ndim)
     new_op = IndexedElemwise(loop, out_types)
     new_node = new_op.make_node(*new_inputs)
     for old, new in zip(replaced, new_node.outputs):
