@@ -89,3 +89,19 @@ def test_claims_hold_whenever_the_graph_runs(data):
             continue
         for a, b in claimed:
             assert lengths[a] == lengths[b]
+
+
+def test_gather_and_alloc_rules():
+    x, idx, b = pt.matrix("x"), pt.vector("idx", dtype="int64"), pt.matrix("b")
+    g = x[idx]
+    z = pt.zeros_like(b)  # Alloc(0, Shape_i{0}(b), Shape_i{1}(b)) once rewritten
+    fn = pytensor.function([x, idx, b], [g, z + 1], mode="FAST_RUN")
+    fg = fn.maker.fgraph
+    eq = EqualLengths(fg)
+    (gnode,) = [n for n in fg.toposort() if type(n.op).__name__ == "AdvancedSubtensor1"]
+    xi, ii = gnode.inputs
+    assert eq.same(gnode.outputs[0], 0, ii, 0) and eq.same(gnode.outputs[0], 1, xi, 1)
+    assert not eq.same(gnode.outputs[0], 0, xi, 0)
+    (anode,) = [n for n in fg.toposort() if type(n.op).__name__ == "Alloc"]
+    bi = [i for i in fg.inputs if i.name == "b"][0]
+    assert eq.same(anode.outputs[0], 0, bi, 0) and eq.same(anode.outputs[0], 1, bi, 1)

@@ -17,8 +17,11 @@ from one walk of the graph, with one rule per op family:
 * ops whose outputs have their first input's shape (``SpecifyShape``,
   ``Softmax``, ``LogSoftmax``, ``RowSoftmax``, ``SoftmaxGrad``'s second input,
   inc/set subtensors: the result has the buffer's shape);
-* ops that describe their own length checks (``equal_lengths(node)``, e.g.
-  ``IndexedElemwise``).
+* ``AdvancedSubtensor1`` (``x[idx]``): axis 0 is ``idx``'s, the others ``x``'s;
+* ``Alloc``: output axis ``k`` is ``v.shape[d]`` when its shape argument is
+  ``Shape_i{d}(v)`` (how the gradient allocates its zero buffers);
+* ``IndexedElemwise``: the operands of each loop dim (its runtime checks) and
+  its stored outputs; a scattered output has its buffer's shape.
 
 Two axes with the same static length are equal too. Everything else is
 unknown (``same`` answers ``False``: the caller declines).
@@ -26,10 +29,17 @@ unknown (``same`` answers ``False``: the caller declines).
 
 from __future__ import annotations
 
+from pytensor.tensor.basic import Alloc, get_underlying_scalar_constant_value
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
-from pytensor.tensor.shape import SpecifyShape
+from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
 from pytensor.tensor.special import LogSoftmax, Softmax
-from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedIncSubtensor1, IncSubtensor
+from pytensor.tensor.subtensor import (
+    AdvancedIncSubtensor,
+    AdvancedIncSubtensor1,
+    AdvancedSubtensor1,
+    IncSubtensor,
+    Subtensor,
+)
 
 
 def _same_shape_ops():
@@ -41,6 +51,25 @@ def _same_shape_ops():
     except ImportError:  # pragma: no cover
         pass
     return tuple(ops)
+
+
+def _shape_source(s):
+    """``(v, d)`` if the scalar ``s`` is ``v.shape[d]`` (``Shape_i`` or ``Shape`` indexed by a constant)."""
+    node = s.owner
+    if node is None:
+        return None
+    if isinstance(node.op, Shape_i):
+        return node.inputs[0], node.op.i
+    if isinstance(node.op, Subtensor) and node.inputs[0].owner is not None and isinstance(node.inputs[0].owner.op, Shape):
+        try:
+            (d,) = node.op.idx_list
+            if isinstance(d, int):
+                return node.inputs[0].owner.inputs[0], d
+            i = get_underlying_scalar_constant_value(node.inputs[1])
+            return node.inputs[0].owner.inputs[0], int(i)
+        except Exception:
+            return None
+    return None
 
 
 class EqualLengths:
@@ -85,11 +114,33 @@ class EqualLengths:
             if inp.type.ndim == out.type.ndim:
                 for d in range(out.type.ndim):
                     self.union((out, d), (inp, d))
-        elif hasattr(op, "equal_lengths"):
-            for group in op.equal_lengths(node):
-                group = list(group)
-                for m in group[1:]:
-                    self.union(group[0], m)
+        elif isinstance(op, AdvancedSubtensor1):
+            (out,), (x, idx) = node.outputs, node.inputs
+            self.union((out, 0), (idx, 0))
+            for d in range(1, out.type.ndim):
+                self.union((out, d), (x, d))
+        elif isinstance(op, Alloc):
+            out = node.outputs[0]
+            for k, s in enumerate(node.inputs[1:]):
+                src = _shape_source(s)
+                if src is not None and k < out.type.ndim:
+                    self.union((out, k), src)
+        elif hasattr(op, "loop") and hasattr(op.loop, "dim_operands"):  # IndexedElemwise
+            self._add_loop(node)
+
+    def _add_loop(self, node) -> None:
+        """An ``IndexedElemwise``: its runtime checks tie the operands of each loop dim
+        (and its stored outputs) together; a scattered output has its buffer's shape."""
+        loop = node.op.loop
+        for d in range(8):
+            members = [(node.inputs[p], ax) for p, ax in loop.dim_operands(d)]
+            members += [(o, d) for o, w in zip(node.outputs, loop.writes) if w.mode == "store" and o.type.ndim > d]
+            for m in members[1:]:
+                self.union(members[0], m)
+        for o, w in zip(node.outputs, loop.writes):
+            if w.buffer is not None:
+                for d in range(o.type.ndim):
+                    self.union((o, d), (node.inputs[w.buffer], d))
 
     def same(self, a, a_axis: int, b, b_axis: int) -> bool:
         """Is ``a.shape[a_axis] == b.shape[b_axis]`` whenever the graph runs without error?"""

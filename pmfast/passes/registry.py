@@ -148,6 +148,7 @@ BUILTIN: list[str] = [
     "pmfast.passes.indexed_elemwise",
     "pmfast.passes.invariant_switch",
     "pmfast.passes.sibling_fusion",
+    "pmfast.passes.scatter_loops",
     "pmfast.passes.wide_split",
     "pmfast.passes.softmax_rows",
 ]
