@@ -650,7 +650,18 @@ def _outer_set():
     return [x, i, j, target], [pt.set_subtensor(target[i[:, None], j], pt.exp(x[i[:, None], j]))]
 
 
+def _split_index():
+    # x3[i, :, j]: index arrays separated by a slice, numpy puts their axis first
+    x = pt.dtensor3("x")
+    i = pt.lvector("i")
+    j = pt.wvector("j")
+    y = pt.dmatrix("y")
+    cost = (pt.exp(x[i, :, pt.specify_shape(j, i.shape)]) * y).sum()
+    return [x, i, j, y], [cost, pytensor.grad(cost, x)]
+
+
 STRUCTURES.update(
+    split_index=_split_index,
     columns=_columns,
     nd_index=_nd_index,
     multi_index=_multi_index,
@@ -739,6 +750,54 @@ def test_multi_index_gather_and_scatter(data):
     (node,) = _fused_nodes(fused)
     assert [w.mode for w in node.op.loop.writes] == [SUM, INC]  # repeated (i, j) pairs accumulate
     _no_advanced_indexing_left(fused)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_index_arrays_split_by_a_slice(data):
+    a, b, c, n = (data.draw(st.integers(1, 4)) for _ in range(4))
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    i = data.draw(index_array((n,), a))
+    j = data.draw(index_array((n,), c, "int16"))
+    fused = _check("split_index", (rng.normal(size=(a, b, c)), i, j, rng.normal(size=(n, b))))
+    (node,) = _fused_nodes(fused)
+    assert str(node.op.loop.reads[1]) == "$1[$2[i0], i1, $3[i0]]"
+    _no_advanced_indexing_left(fused)
+
+
+def test_four_dim_loop_from_a_3d_index():
+    X = pt.dmatrix("X")
+    idx = pt.ltensor3("idx")
+    y = pt.dtensor4("y")
+    cost = (pt.exp(X[idx]) * y).sum()
+    inputs, outputs = [X, idx, y], [cost, pytensor.grad(cost, X)]
+    fused = pytensor.function(inputs, outputs, mode=get_mode(PASS))
+    stock = pytensor.function(inputs, outputs, mode=get_mode("none"))
+    (node,) = _fused_nodes(fused)
+    assert node.op.loop.ndim == 4 and str(node.op.loop.reads[1]) == "$1[$2[i0, i1, i2], i3]"
+    # the gradient reshapes y to 2-d for a 2-d buffer: that scatter is left to stock
+    assert _count(fused, AdvancedIncSubtensor1) == 1
+    rng = np.random.default_rng(0)
+    args = (rng.normal(size=(3, 2)), rng.integers(-3, 3, (2, 3, 4)), rng.normal(size=(2, 3, 4, 2)))
+    for g, w in zip(fused(*args), stock(*args)):
+        np.testing.assert_allclose(g, w, rtol=1e-10)
+
+
+def test_index_layout_follows_numpy():
+    x = pt.dtensor3("x")
+    i, j = pt.lvector("i"), pt.lmatrix("j")
+    xv, iv, jv = np.zeros((2, 3, 4)), np.zeros(6, int), np.zeros((5, 6), int)
+    full = slice(None)
+    for index, value, want in (
+        (x[:, i, j], xv[:, iv, jv], [("s", 0), ("b", 0), ("b", 1)]),  # adjacent index arrays stay in place
+        (x[i, :, j], xv[iv, :, jv], [("b", 0), ("b", 1), ("s", 1)]),  # separated: their axes go first
+        (x[j], xv[jv, full, full], [("b", 0), ("b", 1), ("s", 1), ("s", 2)]),
+    ):
+        layout = ie._layout(3, index.owner.inputs[1:])
+        assert list(layout.out) == want and layout.bdim == 2
+        assert value.shape == tuple(xv.shape[k] if kind == "s" else (5, 6)[k] for kind, k in layout.out)
+    assert ie._layout(3, x[i, 1:].owner.inputs[1:]) is None  # a partial slice
+    assert ie._layout(3, x[i, :, :, None].owner.inputs[1:]) is None  # newaxis
 
 
 @pytest.mark.parametrize("dtypes", [("int64", "int64"), ("int8", "uint64"), ("int16", "uint8"), ("int32", "int64")])

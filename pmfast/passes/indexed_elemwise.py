@@ -1,28 +1,32 @@
-"""``indexed_elemwise``: fuse integer gathers and scatter-adds into the Elemwise loop.
+"""``indexed_elemwise``: fuse integer-array gathers and scatters into the Elemwise loop.
 
 Matches an ``Elemwise`` node (typically the ``Composite`` built by
-``FusionOptimizer``; ndim 1..3, not inplace, numeric dtypes) and rewrites it,
+``FusionOptimizer``; ndim 1..4, not inplace, numeric dtypes) and rewrites it,
 together with
 
-* **reads**: inputs produced by ``AdvancedSubtensor1`` (axis-0 gather) through
-  an integer index vector (``beta[group]``, also rows of a matrix) — the
-  gathered array is never materialised, the loop reads ``beta[group[i], k]``
-  (bounds-checked, negative indices wrap, any integer dtype);
-* **writes**: outputs consumed (as the ``y`` operand) by ``AdvancedIncSubtensor1``
-  (``inc`` and ``set``) — the gradient's ``inc_subtensor(zeros[idx], g(x[idx], ...))``
-  — done in the same loop (``buffer[idx[i]] += o``; repeated indices
-  accumulate like ``np.add.at``; ``set`` is sequential, last write wins);
-  chained ``inc`` scatters into one buffer (``x[p1] - x[p2]`` gradients) are
-  accumulated together; a full ``Sum`` of an output becomes an accumulator;
+* **reads**: inputs produced by integer-array indexing — ``AdvancedSubtensor1``
+  (``beta[group]``), ``AdvancedSubtensor`` with integer arrays and full slices
+  (``x[i, j]``, ``x[i[:, None], j]``, ``x3[:, i, j]``), the reshaped gather
+  of an ND index (``v[I]``), with ``DimShuffle`` s around them (``x[:, idx]``
+  is ``x.T[idx].T`` here) — the gathered array is never materialised, the
+  loop reads ``x[i0, idx[i1]]`` (bounds-checked, negative indices wrap, any
+  integer dtype);
+* **writes**: outputs consumed (as ``y``, possibly transposed or flattened) by
+  ``AdvancedIncSubtensor1`` / ``AdvancedIncSubtensor`` (``inc`` and ``set``)
+  — the gradients of those reads — done in the same loop (repeated indices
+  accumulate like ``np.add.at``; ``set`` writes in stock's order); chained
+  ``inc`` scatters into one buffer are accumulated together; a full ``Sum``
+  / ``All`` / ``Any`` of an output becomes an accumulator;
 
 into one :class:`IndexedElemwise` op whose props are a
 :class:`pmfast.loops.IndexedLoop` description and whose numba implementation is
-one generated loop. Outputs with other clients are still materialised.
+one generated loop nest. Outputs with other clients are still materialised.
 
-Declined (the graph is left as is): gathers that are not ``AdvancedSubtensor1``
-(``x[:, idx]``), inplace Elemwise, Elemwise of ndim > 3, scatters whose
-``y`` shape cannot be proven equal to the index length / buffer shape (so
-``AdvancedIncSubtensor1``'s broadcasting of ``y`` is never needed), dtype
+Declined (the graph is left as is): partial slices, newaxis or scalars inside
+the indexing, index arrays that numpy could broadcast at runtime (lengths not
+provably equal), inplace Elemwise, Elemwise of ndim > 4, scatters whose ``y``
+shape cannot be proven equal to the indexed region (so the stock op's
+broadcasting of ``y`` is never needed), ``set`` with a transposed ``y``, dtype
 changes on write, write targets that are also read by the loop or that depend
 on the Elemwise itself, non-numeric dtypes. Any exception while matching is
 logged at debug level and the node is skipped: the pass never breaks
@@ -417,9 +421,7 @@ def _through_index(var, entries):
         if nd is None:
             return None
         src, idx = nd
-        layout = _Layout(((0, idx),), tuple(("b", k) for k in range(idx.type.ndim)) + tuple(
-            ("s", b) for b in range(1, src.type.ndim)
-        ), idx.type.ndim)
+        layout = _layout(src.type.ndim, [idx])  # the same layout as numpy's src[idx]
     elif isinstance(node.op, AdvancedSubtensor1 | AdvancedSubtensor):
         src, *indices = node.inputs
         layout = _layout(src.type.ndim, indices)
@@ -473,7 +475,10 @@ def _producer_equal_axes(v, a: int):
         if layout is None or len(layout.out) != v.type.ndim:
             return []
         kind, k = layout.out[a]
-        return [(node.inputs[0], k)] if kind == "s" else layout.aligned(k)
+        if kind == "s":
+            return [(node.inputs[0], k)]
+        aligned = layout.aligned(k)  # several: any of them may have broadcast at runtime
+        return aligned if len(aligned) == 1 else []
     if isinstance(op, _INC_OPS):
         return [(node.inputs[0], a)]
     if isinstance(op, IndexedElemwise):
