@@ -9,6 +9,7 @@ import pytensor
 import pytensor.tensor as pt
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import AdvancedIncSubtensor1, AdvancedSubtensor1
 
 import pmfast.passes.indexed_elemwise as ie
@@ -127,3 +128,25 @@ def test_rewrite_never_raises(monkeypatch):
     ins, outs = _structure("same_gather")
     fn = pytensor.function(ins, outs, mode=get_mode(["indexed_elemwise"]), on_unused_input="ignore")
     assert len(_loops(fn)) == 2  # declined, each sibling its own loop
+
+
+@functools.cache
+def _checks():
+    """pymc's two parameter checks on one vector, and a reduced term of another vector: two siblings."""
+    p, q = pt.vector("p"), pt.vector("q")
+    outs = [pt.all(pt.ge(p, 0)), pt.all(pt.le(p, 1)), pt.sum(pt.exp(q))]
+    return tuple(pytensor.function([p, q], outs, mode=m) for m in (get_mode(["indexed_elemwise"]), get_mode("none")))
+
+
+@SETTINGS
+@given(data=st.data())
+def test_reduced_siblings_sharing_an_input_merge(data):
+    fast, stock = _checks()
+    composites = [n for n in fast.maker.fgraph.toposort() if isinstance(n.op, ie.IndexedElemwise | Elemwise)]
+    # the two checks of p merge (one node, both reductions); q's sum shares nothing with them
+    assert len(composites) == 2
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    n = data.draw(st.integers(0, 20))
+    args = (rng.uniform(-0.2, 1.2, n), rng.normal(size=3))
+    for got, ref in zip(fast(*args), stock(*args), strict=True):
+        np.testing.assert_allclose(got, ref, rtol=1e-15)

@@ -1,16 +1,18 @@
-"""Sibling fusion: Elemwise nodes that read the same gathered data merge into one.
+"""Sibling fusion: Elemwise nodes that read the same data merge into one loop.
 
 ``FusionOptimizer`` fuses along producer–consumer edges only: ``f(x[idx])``
 and ``g(x[idx])`` with no edge between them (a logp term and a gradient term
-that share nothing but the gather) stay two Elemwise nodes, and
-``indexed_elemwise`` would then run two loops, each gathering ``x[idx]``.
-This rewrite merges such siblings into one multi-output Composite first, so
-the gather happens once, in one loop.
+that share nothing but the gather; pymc's two checks ``all(p >= 0)`` and
+``all(p <= 1)``) stay two Elemwise nodes, and ``indexed_elemwise`` would run
+two loops, each reading the shared data. This rewrite merges such siblings
+into one multi-output Composite first, so the data is read once, in one loop.
 
-Siblings are Elemwise nodes (not inplace, same output ndim, numeric) that
+Siblings are *loop candidates* — Elemwise nodes (not inplace, same output
+ndim, numeric) that gather (``x[idx]`` inputs) or whose outputs all feed full
+``Sum`` / ``All`` / ``Any`` reductions (never stored) — that
 
-* share a gathered input (the same ``AdvancedSubtensor1`` output) or read
-  through the same index vector (``x[idx]`` and ``y[idx]``), and
+* read common data: the same input, not broadcast, or through the same
+  index vector (``x[idx]`` and ``y[idx]``), and
 * have the same iteration shape: every axis is pinned by an input they share
   that is not broadcast there (the same variable, or the same index vector
   for the gathered axis 0), or the ShapeFeature proves it; so wherever both
@@ -39,7 +41,7 @@ from pytensor.scalar.basic import Composite, get_scalar_type, identity
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import AdvancedSubtensor1
 
-from pmfast.passes.indexed_elemwise import indexed_elemwise_pass
+from pmfast.passes.indexed_elemwise import _full_bool_reduction, _is_full_sum, indexed_elemwise_pass
 
 _log = logging.getLogger(__name__)
 
@@ -102,12 +104,36 @@ def _same_shape(fgraph, a, b) -> bool:
     return True
 
 
-def _shares_gather(a, b) -> bool:
-    ga = {v for v in a.inputs if _gather_key(v) is not None}
-    gb = {v for v in b.inputs if _gather_key(v) is not None}
-    if ga & gb:
+def _shares_data(a, b) -> bool:
+    """Do ``a`` and ``b`` read a common array: the same input (not broadcast), or through the same index?"""
+    nd = a.outputs[0].type.ndim
+    direct_a = {v for v in a.inputs if not all(v.type.broadcastable[:nd])}
+    direct_b = {v for v in b.inputs if not all(v.type.broadcastable[:nd])}
+    if direct_a & direct_b:
         return True
-    return bool({_gather_key(v) for v in ga} & {_gather_key(v) for v in gb})
+    ka = {_gather_key(v) for v in a.inputs} - {None}
+    kb = {_gather_key(v) for v in b.inputs} - {None}
+    return bool(ka & kb)
+
+
+def _reduced_only(fgraph, node) -> bool:
+    """Is every output of ``node`` used only by full Sum / All / Any reductions (so never stored)?"""
+    outputs = set(fgraph.outputs)
+    for out in node.outputs:
+        clients = fgraph.clients.get(out, [])
+        if not clients or out in outputs:
+            return False
+        for client, _ in clients:
+            if not (_is_full_sum(client, out) or _full_bool_reduction(client, out) is not None):
+                return False
+    return True
+
+
+def _loop_candidate(fgraph, node) -> bool:
+    """A node ``indexed_elemwise`` will run as a loop: it gathers, or it only feeds full reductions."""
+    if not _eligible(node):
+        return False
+    return any(_gather_key(v) is not None for v in node.inputs) or _reduced_only(fgraph, node)
 
 
 def _scalar_outputs(node, scalar_inputs):
@@ -166,12 +192,12 @@ class SiblingFusion(GraphRewriter):
 
     @staticmethod
     def _find_pair(fgraph, declined):
-        nodes = [n for n in fgraph.toposort() if _eligible(n) and any(_gather_key(v) is not None for v in n.inputs)]
+        nodes = [n for n in fgraph.toposort() if _loop_candidate(fgraph, n)]
         for i, a in enumerate(nodes):
             for b in nodes[i + 1 :]:
                 if (a, b) in declined:
                     continue
-                if not _shares_gather(a, b) or not _same_shape(fgraph, a, b):
+                if not _shares_data(a, b) or not _same_shape(fgraph, a, b):
                     continue
                 if _weight(set(a.inputs) | set(b.inputs)) > MAX_INPUTS:
                     continue
