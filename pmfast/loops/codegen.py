@@ -18,7 +18,7 @@ import numpy as np
 from pmfast.loops.spec import ALL, ANY, INC, SET, STORE, SUM, Gather, IndexedLoop
 
 #: Bump whenever the generated source changes shape.
-CODEGEN_VERSION = 9
+CODEGEN_VERSION = 10
 
 #: Read operands of static length 1 on every axis once, before the loop.
 HOIST_INVARIANT_READS = True
@@ -87,11 +87,7 @@ def generate_source(
     inner: list[str] = []
 
     for d in range(nd):
-        ops = loop.dim_operands(d)
-        emit(f"n{d} = {f'in{ops[0][0]}.shape[{ops[0][1]}]' if ops else 1}")
-        for p, ax in ops[1:]:
-            emit(f"if in{p}.shape[{ax}] != n{d}:")
-            emit(_LEN_ERR)
+        _emit_dim(body, loop, d)
 
     kinds = {g.index: _index_kind(input_dtypes[g.index]) for _, _, g in loop.gathered()}
     for array, ax in dict.fromkeys((a, ax) for a, ax, _ in loop.gathered()):
@@ -124,7 +120,7 @@ def generate_source(
         key = (array, ax, a)
         if key not in gather_var:
             var = gather_var[key] = f"j{len(gather_var)}"
-            at = _subscript(f"in{a.index}", ["0" if e is None else f"i{e}" for e in a.dims])
+            at = _subscript(f"in{a.index}", _index_position(a))
             level = _level(a.loop_dims())
             _checked_index(loads[level], var, at, kinds[a.index], f"size{array}_{ax}")
             _precheck_skipped(body, a, level, kinds[a.index], f"size{array}_{ax}")
@@ -178,6 +174,41 @@ def generate_source(
             emit(f"out{k} = np.array(acc{k})")
     emit(f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)")
     return f"def {func_name}({', '.join(args)}):\n" + "\n".join("    " + line for line in body) + "\n"
+
+
+def _emit_dim(body: list[str], loop: IndexedLoop, d: int) -> None:
+    """``n<d>`` and the checks of every operand along loop dim ``d``; strides of loose indices."""
+    ops = loop.dim_operands(d)
+    groups = loop.loose_groups(d)
+    loose = list(dict.fromkeys(pair for g in groups for pair in g))
+    if ops:
+        body.append(f"n{d} = in{ops[0][0]}.shape[{ops[0][1]}]")
+    else:  # numpy's broadcast of the loose index lengths
+        body.append(f"n{d} = 1")
+        for p, ax in loose:
+            body.append(f"if in{p}.shape[{ax}] != 1:")
+            body.append(f"    n{d} = in{p}.shape[{ax}]")
+    for p, ax in ops[1:]:
+        body.append(f"if in{p}.shape[{ax}] != n{d}:")
+        body.append(_LEN_ERR)
+    for p, ax in loose:
+        body.append(f"if in{p}.shape[{ax}] != 1 and in{p}.shape[{ax}] != n{d}:")
+        body.append(_LEN_ERR)
+        body.append(f"st{p}_{ax} = 0 if in{p}.shape[{ax}] == 1 else 1")
+    for g in groups:
+        body.append(f"if n{d} != 1 and {' and '.join(f'in{p}.shape[{ax}] != n{d}' for p, ax in g)}:")
+        body.append(_LEN_ERR)
+
+
+def _index_position(g: Gather) -> list[str]:
+    """Subscripts of index array ``g`` at the current loop position."""
+    out = []
+    for j, e in enumerate(g.dims):
+        if e is None:
+            out.append("0")
+        else:
+            out.append(f"i{e} * st{g.index}_{j}" if g.loose else f"i{e}")
+    return out
 
 
 def _precheck_skipped(body: list[str], g: Gather, level: int, kind: str, size: str) -> None:

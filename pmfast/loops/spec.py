@@ -58,20 +58,26 @@ class Gather:
     """A position read from an integer index array: ``$index[i<dims[0]>, i<dims[1]>, ...]``.
 
     ``dims[j]``: the loop dim along which index axis ``j`` runs, or ``None``
-    (the index axis has static length 1: read at 0).
+    (the index axis has static length 1: read at 0). ``loose``: numpy's
+    broadcasting among several index arrays of one indexing — an index axis
+    of *runtime* length 1 is read at 0 (printed ``~i0``); the loop then checks
+    that the index arrays of the access broadcast to the loop dim's length.
     """
 
     index: int
     dims: tuple[int | None, ...] = (0,)
+    loose: bool = False
 
     def __post_init__(self):
         object.__setattr__(self, "dims", tuple(None if d is None else int(d) for d in self.dims))
+        object.__setattr__(self, "loose", bool(self.loose))
 
     def loop_dims(self) -> set[int]:
         return {d for d in self.dims if d is not None}
 
     def __str__(self) -> str:
-        return f"${self.index}[{', '.join(_pos(d) for d in self.dims)}]"
+        tilde = "~" if self.loose else ""
+        return f"${self.index}[{', '.join(tilde + _pos(d) if d is not None else '0' for d in self.dims)}]"
 
 
 #: one axis of an accessed array: a loop dim, ``None`` (static length 1, position 0) or a gather
@@ -244,18 +250,30 @@ class IndexedLoop:
         return out
 
     def dim_operands(self, d: int) -> tuple[tuple[int, int], ...]:
-        """``(input position, axis)`` pairs whose length must equal ``n<d>`` (reads first)."""
+        """``(input position, axis)`` pairs whose length must equal ``n<d>`` (reads first; loose indices aside)."""
         pairs = []
         for array, axes in self.accesses():
             for ax, a in enumerate(axes):
                 if a == d and not isinstance(a, Gather):
                     pairs.append((array, ax))
-                elif isinstance(a, Gather):
+                elif isinstance(a, Gather) and not a.loose:
                     pairs.extend((a.index, j) for j, e in enumerate(a.dims) if e == d)
         return tuple(dict.fromkeys(pairs))
 
+    def loose_groups(self, d: int) -> tuple[tuple[tuple[int, int], ...], ...]:
+        """Per access, the loose ``(index position, axis)`` pairs along ``d``: each group must
+        broadcast (numpy's rule: lengths 1 or ``n<d>``) to exactly ``n<d>``."""
+        groups = []
+        for _, axes in self.accesses():
+            loose = [a for a in axes if isinstance(a, Gather) and a.loose]
+            group = [(a.index, j) for a in loose for j, e in enumerate(a.dims) if e == d]
+            if group:
+                groups.append(tuple(dict.fromkeys(group)))
+        return tuple(dict.fromkeys(groups))
+
     def dim_source(self, d: int) -> tuple[int, int] | None:
-        """The ``(input position, axis)`` giving ``n<d>``; ``None``: no operand spans ``d``, ``n<d> = 1``."""
+        """The ``(input position, axis)`` giving ``n<d>``; ``None``: none (``n<d>`` is the loose
+        indices' broadcast length, or 1)."""
         ops = self.dim_operands(d)
         return ops[0] if ops else None
 
@@ -273,7 +291,10 @@ class IndexedLoop:
 
     def _dim_text(self, d: int) -> str:
         src = self.dim_source(d)
-        return "1" if src is None else f"${src[0]}.shape[{src[1]}]"
+        if src is not None:
+            return f"${src[0]}.shape[{src[1]}]"
+        loose = [f"${p}.shape[{ax}]" for g in self.loose_groups(d) for p, ax in g]
+        return f"broadcast({', '.join(loose)})" if loose else "1"
 
     def __str__(self) -> str:
         lines = []
@@ -333,10 +354,16 @@ def loop_shape(loop: IndexedLoop, inputs) -> tuple[int, ...]:
     shape = []
     for d in range(loop.ndim):
         ops = loop.dim_operands(d)
-        n = inputs[ops[0][0]].shape[ops[0][1]] if ops else 1
+        groups = loop.loose_groups(d)
+        loose = [inputs[p].shape[ax] for g in groups for p, ax in g]
+        n = inputs[ops[0][0]].shape[ops[0][1]] if ops else max((m for m in loose if m != 1), default=1)
         for p, ax in ops:
             if inputs[p].shape[ax] != n:
                 raise ValueError(f"loop operand ${p} has length {inputs[p].shape[ax]} on axis {ax}, expected {n}")
+        for g in groups:
+            lens = [inputs[p].shape[ax] for p, ax in g]
+            if any(m not in (1, n) for m in lens) or (n != 1 and n not in lens):
+                raise ValueError(f"index arrays of lengths {lens} do not broadcast to {n}")
         shape.append(n)
     return tuple(shape)
 
@@ -349,7 +376,8 @@ def _positions(axes, array_shape, inputs, grid):
             pos.append(0)
         elif isinstance(a, Gather):
             idx = _normalize_index(inputs[a.index], array_shape[ax])
-            pos.append(idx[tuple(0 if e is None else grid[e] for e in a.dims)])
+            at = [0 if e is None or (a.loose and idx.shape[j] == 1) else grid[e] for j, e in enumerate(a.dims)]
+            pos.append(idx[tuple(at)])
         else:
             pos.append(grid[a])
     return tuple(pos)

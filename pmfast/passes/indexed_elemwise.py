@@ -22,9 +22,12 @@ into one :class:`IndexedElemwise` op whose props are a
 :class:`pmfast.loops.IndexedLoop` description and whose numba implementation is
 one generated loop nest. Outputs with other clients are still materialised.
 
+Index arrays whose lengths are not provably equal (``x[i, j]`` with two
+``pm.Data`` vectors) are read ``loose``: numpy's runtime broadcasting of a
+length-1 index array is kept.
+
 Declined (the graph is left as is): partial slices, newaxis or scalars inside
-the indexing, index arrays that numpy could broadcast at runtime (lengths not
-provably equal), inplace Elemwise, Elemwise of ndim > 4, scatters whose ``y``
+the indexing, inplace Elemwise, Elemwise of ndim > 4, scatters whose ``y``
 shape cannot be proven equal to the indexed region (so the stock op's
 broadcasting of ``y`` is never needed), ``set`` with a transposed ``y``, dtype
 changes on write, write targets that are also read by the loop or that depend
@@ -36,7 +39,7 @@ compilation. See ``docs/passes/indexed_elemwise.md``.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from hashlib import sha256
 
 import numpy as np
@@ -129,11 +132,19 @@ class IndexedElemwise(Op):
     def infer_shape(self, fgraph, node, shapes):
         from pytensor.tensor.basic import constant
 
+        from pytensor.tensor.extra_ops import broadcast_shape_iter
+
         loop = self.loop
         shape = []
         for d in range(loop.ndim):
             src = loop.dim_source(d)
-            shape.append(constant(1, dtype="int64") if src is None else shapes[src[0]][src[1]])
+            loose = [(shapes[p][ax],) for g in loop.loose_groups(d) for p, ax in g]
+            if src is not None:
+                shape.append(shapes[src[0]][src[1]])
+            elif loose:
+                shape.append(broadcast_shape_iter(loose, arrays_are_shapes=True)[0])
+            else:
+                shape.append(constant(1, dtype="int64"))
         out = []
         for w in loop.writes:
             if w.mode == STORE:
@@ -331,7 +342,7 @@ def _layout(ndim: int, indices) -> _Layout | None:
     return _Layout(tuple((k, kinds[k]) for k in adv), tuple(out), bdim)
 
 
-def _indexed_axes(layout: _Layout, ndim: int, entries):
+def _indexed_axes(layout: _Layout, ndim: int, entries, loose: bool = False):
     """Axis entries of ``array[...]``'s result -> entries of ``array``'s axes (Gathers hold index variables)."""
     bentry = {}
     axes = [None] * ndim
@@ -353,7 +364,7 @@ def _indexed_axes(layout: _Layout, ndim: int, entries):
                 return None
             else:
                 dims.append(e)
-        axes[ax] = Gather(idx, tuple(dims))
+        axes[ax] = Gather(idx, tuple(dims), loose)
     return axes
 
 
@@ -411,7 +422,7 @@ def _nd_gather(var):
     return src, idx
 
 
-def _through_index(var, entries):
+def _through_index(var, entries, fgraph):
     """``(array, its axis entries)`` if ``var`` is an integer-array indexing of ``array``, else ``None``."""
     node = var.owner
     if node is None:
@@ -429,22 +440,23 @@ def _through_index(var, entries):
         return None
     if layout is None or len(layout.out) != var.type.ndim:
         return None
-    axes = _indexed_axes(layout, src.type.ndim, entries)
+    axes = _indexed_axes(layout, src.type.ndim, entries, not _indices_agree(fgraph, layout))
     return None if axes is None else (src, axes)
 
 
-def _gather_read(var):
+def _gather_read(fgraph, var):
     """``(source, axes)`` if the Elemwise input ``var`` reads ``source`` through integer arrays.
 
     Forms: ``AdvancedSubtensor1``, ``AdvancedSubtensor`` with integer arrays and
     full slices, the reshaped gather of an ND index, each possibly between
     ``DimShuffle`` s (``x.T[idx].T``, ``x[idx][:, None]``). ``axes`` holds
-    :class:`Gather` s of index *variables*.
+    :class:`Gather` s of index *variables*, loose if their lengths are not
+    provably equal (:func:`_indices_agree`).
     """
     walked = _walk_views(var, [None if b else d for d, b in enumerate(var.type.broadcastable)])
     if walked is None:
         return None
-    res = _through_index(*walked)
+    res = _through_index(*walked, fgraph)
     if res is None:
         return None
     src, axes = _walk_views(*res) or (None, None)
@@ -567,16 +579,6 @@ def _indices_agree(fgraph, layout: _Layout) -> bool:
     return True
 
 
-def _read_layouts(var):
-    """The index layouts a gathered read goes through (for :func:`_indices_agree`)."""
-    base, _ = _walk_views(var, [None] * var.type.ndim) or (None, None)
-    node = getattr(base, "owner", None)
-    if node is not None and isinstance(node.op, AdvancedSubtensor):
-        layout = _layout(node.inputs[0].type.ndim, node.inputs[1:])
-        return [layout] if layout is not None else []
-    return []
-
-
 def _loop_dims_of(y, out):
     """Loop dim of each axis of ``y``, a ``DimShuffle`` chain of the node output ``out`` (no new axes)."""
     base, entries = _walk_views(y, list(range(y.type.ndim))) or (None, None)
@@ -598,6 +600,7 @@ class _Scatter:
     proofs: tuple  # (loop dim, variable, axis): lengths that must be proven equal
     in_loop_order: bool  # y's axes follow the loop dims (needed for set: same write order as stock)
     index_vars: tuple
+    loose: bool = False  # index lengths not proven equal: the node must gather through the same indices
 
 
 def _scatter_of(fgraph, client, out, ndim: int) -> _Scatter | None:
@@ -621,9 +624,10 @@ def _scatter_of(fgraph, client, out, ndim: int) -> _Scatter | None:
         return _Scatter(mode, buf, axes, proofs, True, (flat,))
     dims = _loop_dims_of(y, out)
     layout = _layout(buf.type.ndim, indices)
-    if dims is None or layout is None or len(layout.out) != len(dims) or not _indices_agree(fgraph, layout):
+    if dims is None or layout is None or len(layout.out) != len(dims):
         return None
-    axes = _indexed_axes(layout, buf.type.ndim, dims)
+    loose = not _indices_agree(fgraph, layout)
+    axes = _indexed_axes(layout, buf.type.ndim, dims, loose)
     if axes is None:
         return None
     proofs = []
@@ -631,8 +635,10 @@ def _scatter_of(fgraph, client, out, ndim: int) -> _Scatter | None:
         pairs = [(buf, k)] if kind == "s" else layout.aligned(k)
         if not pairs:
             return None  # every index broadcasts there: y would be broadcast into the region
-        proofs.append((d, *pairs[0]))
-    return _Scatter(mode, buf, tuple(axes), tuple(proofs), dims == sorted(dims), tuple(i for _, i in layout.arrays))
+        if kind == "s" or not loose:
+            proofs.append((d, *pairs[0]))
+    index_vars = tuple(i for _, i in layout.arrays)
+    return _Scatter(mode, buf, tuple(axes), tuple(proofs), dims == sorted(dims), index_vars, loose)
 
 
 def _is_flattening_shape(shp, idx) -> bool:
@@ -739,18 +745,22 @@ def _build_fused(fgraph, node, scatters: bool):
         return positions[var]
 
     def at_positions(axes):
-        return tuple(Gather(pos(a.index), a.dims) if isinstance(a, Gather) else a for a in axes)
+        return tuple(replace(a, index=pos(a.index)) if isinstance(a, Gather) else a for a in axes)
 
     reads = []
     read_vars = set()
+    loose_reads = set()  # the Gathers of each read through indices of unproven equal lengths
     n_gathers = 0
     for inp in node.inputs:
-        g = _gather_read(inp)
-        if g is not None and all(_indices_agree(fgraph, lay) for lay in _read_layouts(inp)):
+        g = _gather_read(fgraph, inp)
+        if g is not None:
             src, axes = g
             reads.append(Read(pos(src), at_positions(axes)))
             read_vars.add(src)
-            read_vars.update(a.index for a in axes if isinstance(a, Gather))
+            gathers = frozenset(a for a in axes if isinstance(a, Gather))
+            read_vars.update(a.index for a in gathers)
+            if any(a.loose for a in gathers):
+                loose_reads.add(gathers)
             n_gathers += 1
         else:
             reads.append(Read(pos(inp), tuple(None if b else d for d, b in enumerate(inp.type.broadcastable))))
@@ -772,6 +782,9 @@ def _build_fused(fgraph, node, scatters: bool):
             or target.type.dtype != out.type.dtype
             or client.outputs[0].type.dtype != target.type.dtype
             or (sc.mode == SET and not sc.in_loop_order)
+            # loose indices: the node's gather through the same indices pins their broadcast
+            # length to the loop's (stock's Elemwise checks it), so y is never broadcast
+            or (sc.loose and frozenset(a for a in sc.axes if isinstance(a, Gather)) not in loose_reads)
             or _depends_on(list(sc.index_vars), node)
         ):
             return None
