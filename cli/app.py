@@ -274,7 +274,9 @@ def bench(
 ):
     """Compare pmfast against stock nutpie/pytensor per model: compile time, peak RSS, eval time, parity.
 
-    Each side runs in its own subprocess; ratios are pmfast/stock (below 1 is better).
+    Compile time and peak RSS: each side in its own subprocess. Eval: a third subprocess times
+    both kernels alternately (CPU time of the timing thread, median of the repeats), so load from
+    other jobs hits both sides alike. Ratios are pmfast/stock (below 1 is better).
 
     Without --cold, compile times include what earlier runs left in the numba caches (the stock side runs first and can warm kernels the pmfast side shares): use --cold to compare compile times.
     """

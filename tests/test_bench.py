@@ -79,3 +79,23 @@ def test_python_fallback_timing_loop():
 def test_geomeans():
     results = [{"ratios": {"compile": 2.0, "rss": 1.0, "eval": 0.5}}, {"ratios": {"compile": 8.0, "rss": 1.0, "eval": 2.0}}]
     assert bench.geomeans(results) == pytest.approx({"compile": 4.0, "rss": 1.0, "eval": 1.0})
+
+
+def test_pair_worker_times_both_sides_alternately(tiny):
+    cmd = [sys.executable, "-m", "pmfast.bench", tiny, "--passes", "all", "--repeats", "5", "--pair"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert set(result) == {"stock", "pmfast"}
+    assert all(len(v) == 5 and min(v) > 0 for v in result.values())
+
+
+@pytest.mark.parametrize("clock", sorted(bench.CLOCKS))
+def test_time_calls_clocks(clock):
+    import numba
+
+    @numba.njit
+    def f(x):
+        return (x * 2.0,)
+
+    times, n, kind = bench.time_calls(f, (np.ones(10),), repeats=5, seconds=0.01, clock=clock)
+    assert len(times) == 5 and min(times) > 0 and n >= 1 and kind == "njit"
