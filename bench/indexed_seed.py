@@ -7,6 +7,7 @@ loop doing the same work, side by side in one process.
 
     PYTHONPATH=. python bench/indexed_seed.py [--calls 2000] [--repeats 7] [--clock wall|cpu]
     PYTHONPATH=. python bench/indexed_seed.py zoo [MODEL ...]    # zoo kernels, CPU clock
+    PYTHONPATH=. python bench/indexed_seed.py indexing           # general integer-array indexing, CPU clock
 """
 
 from __future__ import annotations
@@ -142,10 +143,58 @@ def zoo(names, clock=time.process_time, calls=200, repeats=5, rounds=3):
     return rows
 
 
+def _indexing_graphs(rng):
+    """``(name, inputs, outputs, args)``: cost + gradient through general integer-array indexing."""
+    import pytensor
+    import pytensor.tensor as pt
+
+    out = []
+    x, y = pt.dmatrix("x"), pt.dmatrix("y")
+    idx = pt.lvector("idx")
+    cost = (pt.exp(x[:, idx]) * y).sum()
+    args = (rng.normal(size=(100, 15)), rng.integers(0, 15, 200), rng.normal(size=(100, 200)))
+    out.append(("x[:, idx] 100x200", [x, idx, y], [cost, pytensor.grad(cost, x)], args))
+    i, j, w = pt.lvector("i"), pt.lvector("j"), pt.dvector("w")
+    cost = ((x[i, j] - w) ** 2).sum()
+    n = 10_000
+    args = (rng.normal(size=(20, 30)), rng.integers(0, 20, n), rng.integers(0, 30, n), rng.normal(size=n))
+    out.append(("x[i, j] 10k (loose)", [x, i, j, w], [cost, pytensor.grad(cost, x)], args))
+    cost = ((x[i, pt.specify_shape(j, i.shape)] - w) ** 2).sum()
+    out.append(("x[i, j] 10k (proven)", [x, i, j, w], [cost, pytensor.grad(cost, x)], args))
+    cost = (pt.tanh(x[i[:, None], j]) * y).sum()
+    args = (rng.normal(size=(20, 30)), rng.integers(0, 20, 100), rng.integers(0, 30, 100), rng.normal(size=(100, 100)))
+    out.append(("x[i[:, None], j] 100x100", [x, i, j, y], [cost, pytensor.grad(cost, x)], args))
+    return out
+
+
+def indexing(clock=time.process_time, calls=500, repeats=5, rounds=3):
+    """Stock vs the pass on general integer-array indexing (cost and gradient), ``fn.vm.jit_fn``."""
+    import pytensor
+
+    from pmfast.mode import get_mode
+
+    rows = []
+    for name, inputs, outputs, args in _indexing_graphs(np.random.default_rng(0)):
+        stock = pytensor.function(inputs, outputs, mode=get_mode("none"))
+        fast = pytensor.function(inputs, outputs, mode=get_mode(["indexed_elemwise"]))
+        for g, w in zip(fast.vm.jit_fn(*args), stock.vm.jit_fn(*args)):
+            np.testing.assert_allclose(g, w, rtol=1e-9)
+        res = {"stock": [], "pmfast": []}
+        for _ in range(rounds):
+            res["stock"].append(time_us(stock.vm.jit_fn, args, calls, repeats, clock))
+            res["pmfast"].append(time_us(fast.vm.jit_fn, args, calls, repeats, clock))
+        s, f = min(res["stock"]), min(res["pmfast"])
+        print(f"{name:26s} stock {s:9.1f} us  pmfast {f:9.1f} us  ratio {f / s:.3f}", flush=True)
+        rows.append((name, s, f))
+    return rows
+
+
 if __name__ == "__main__":
     import sys
 
     if len(sys.argv) > 1 and sys.argv[1] == "zoo":
         zoo(sys.argv[2:] or ["radon_intercept", "radon_slope", "crossed_effects", "irt_2pl", "bradley_terry"])
+    elif len(sys.argv) > 1 and sys.argv[1] == "indexing":
+        indexing()
     else:
         main()
