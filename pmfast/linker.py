@@ -45,9 +45,12 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import ctypes
 import functools
+import gc
 import sys
 import threading
+import types
 
 from pytensor.link.numba.linker import NumbaLinker
 
@@ -213,19 +216,149 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
                 setattr(mod, attr, obj)
 
 
+def _with_stable_filename(py_func):
+    """A copy of ``py_func`` whose code claims the file ``<string>``.
+
+    ``fgraph_to_python`` compiles the graph function from a temporary file with
+    a random name, and numba names cache files after the source file: the graph
+    function itself would never be found in the cache by another process (the
+    stock wrapper, compiled from ``<string>``, is). The cache entry is told
+    apart by the key (pytensor's locator), as for every generated function.
+    """
+    code = py_func.__code__.replace(co_filename="<string>")
+    new = types.FunctionType(code, py_func.__globals__, py_func.__name__, py_func.__defaults__, py_func.__closure__)
+    new.__qualname__ = py_func.__qualname__
+    new.__kwdefaults__ = py_func.__kwdefaults__
+    if hasattr(py_func, "__source__"):
+        new.__source__ = py_func.__source__
+    return new
+
+
+def _release_memory() -> None:
+    """Collect cyclic garbage and hand free heap pages back to the OS (glibc only)."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):  # not glibc
+        pass
+
+
+@functools.lru_cache(maxsize=None)
+def _lean_compiler():
+    """A numba compiler class whose code library frees the lowering's garbage before LLVM codegen.
+
+    numba lowers a function to LLVM IR through Python objects (llvmlite IR,
+    lowering state) that form reference cycles; they are garbage once the
+    lowering is done, but the cycle collector rarely runs a full collection
+    before the library is finalised, and finalising the graph function (linking
+    every kernel, optimising, emitting machine code) is where the peak memory
+    of the whole compile is reached. This pipeline gives the function a code
+    library whose ``finalize`` first runs :func:`_release_memory`. Used only for
+    the final function of big graphs; the pipeline is otherwise numba's default.
+    """
+    from numba.core.compiler import CompilerBase, DefaultPassBuilder
+    from numba.core.compiler_machinery import AnalysisPass, register_pass
+    from numba.core.typed_passes import NativeLowering
+
+    lean_classes: dict[type, type] = {}
+
+    def lean(cls):
+        if cls not in lean_classes:
+
+            def finalize(self):
+                _release_memory()
+                return cls.finalize(self)
+
+            lean_classes[cls] = type(f"Lean{cls.__name__}", (cls,), {"finalize": finalize})
+        return lean_classes[cls]
+
+    @register_pass(mutates_CFG=False, analysis_only=False)
+    class PmfastLeanLibrary(AnalysisPass):
+        _name = "pmfast_lean_library"
+
+        def __init__(self):
+            AnalysisPass.__init__(self)
+
+        def run_pass(self, state):
+            if state.library is None:
+                library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
+                library.enable_object_caching()
+                library.__class__ = lean(type(library))
+                state.library = library
+            return False
+
+    class PmfastLeanCompiler(CompilerBase):
+        def define_pipelines(self):
+            if self.state.flags.force_pyobject:
+                return [DefaultPassBuilder.define_objectmode_pipeline(self.state)]
+            pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
+            at = next(i for i, (p, _) in enumerate(pm.passes) if p is NativeLowering)
+            pm.passes.insert(at, (PmfastLeanLibrary, "free the lowering's garbage before codegen"))
+            pm.finalize()
+            return [pm]
+
+    return PmfastLeanCompiler
+
+
 class ChunkedNumbaLinker(NumbaLinker):
     """``NumbaLinker`` whose generated code never passes more than 30 items in one call or tuple display."""
 
-    def __init__(self, *args, dedup: bool = True, optnone: bool = True, **kwargs):
+    def __init__(
+        self, *args, dedup: bool = True, optnone: bool = True, direct: bool = True, lean: bool = True, **kwargs
+    ):
         super().__init__(*args, **kwargs)
         self.dedup = dedup
+        self.lean = lean
         self.optnone = optnone
+        self.direct = direct
         self.stats: dict[str, int] = {}
 
     def fgraph_convert(self, fgraph, **kwargs):
+        from pytensor import config
+        from pytensor.link.numba.dispatch import basic as nb_basic
+
         state = _State()
         big = len(fgraph.apply_nodes) >= OPTNONE_MIN_NODES
         with _patched(state, dedup=self.dedup, optnone_fgraph=fgraph if self.optnone and big else None):
-            out = super().fgraph_convert(fgraph, **kwargs)
+            if not self.direct:
+                out = super().fgraph_convert(fgraph, **kwargs)
+            elif config.numba__cache:
+                # the patched key function (module attribute looked up now)
+                out = nb_basic.numba_funcify_and_cache_key(fgraph, **kwargs)
+            else:
+                out = nb_basic.numba_funcify(fgraph, **kwargs), None
         self.stats = {"chunked_sites": state.chunked, "shared_dispatchers": state.deduped}
         return out
+
+    def jit_compile(self, fn_and_cache):
+        """The graph function itself is the final function (stock: a ``*args`` wrapper that calls it).
+
+        Stock pytensor wraps the graph function in ``def f(*args): return
+        jitable_func(*args)`` for its cache and compiles that wrapper as the
+        final function. numba then finalises two libraries that each contain
+        the whole program: the graph function's (all node kernels linked in,
+        optimised, machine code emitted) and the wrapper's (the same module
+        linked in again, re-optimised, machine code emitted again). Compiling
+        the graph function directly as the final function does that once. It
+        is cached under its own key (the graph's key, salted) through
+        pytensor's cache locator, like the wrapper was.
+        """
+        if not self.direct:
+            return super().jit_compile(fn_and_cache)
+        from pytensor import config
+        from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+        from pytensor.link.numba.dispatch.basic import numba_njit
+
+        fn, key = fn_and_cache
+        py_func = fn.py_func
+        if key is not None:
+            py_func = _with_stable_filename(py_func)
+        options = {}
+        if getattr(fn, "targetoptions", {}).get("_dbg_optnone"):
+            # a big graph (see fgraph_convert): unoptimised, and lean on memory
+            options["_dbg_optnone"] = True
+            if self.lean:
+                options["pipeline_class"] = _lean_compiler()
+        if key is not None:
+            CACHED_SRC_FUNCTIONS[py_func] = f"{key}_fastmath{int(config.numba__fastmath)}_pmfast_direct{VERSION}"
+        return numba_njit(py_func, final_function=True, cache=key is not None, **options)

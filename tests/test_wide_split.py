@@ -12,7 +12,7 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from pytensor.compile.mode import Mode
 from pytensor.graph.rewriting.db import RewriteDatabaseQuery
@@ -371,3 +371,159 @@ def test_wide_additive_final_graph_invariants():
     assert fired(fn)["wide_split"] >= 3  # logit Add, logp Add, gradient Join (+ MakeVector of shape checks)
     sets = _set_subtensors(fn)
     assert len(sets) == 40 and all(s.op.inplace for s in sets)
+
+
+def _small_graph():
+    xs = [pt.dvector(f"x{i}") for i in range(3)]
+    out = pt.add(*[pt.exp(x).sum() for x in xs])
+    vals = [np.arange(3.0) + i for i in range(3)]
+    return xs, out, vals
+
+
+def test_linker_final_function_is_the_graph_function():
+    """No ``*args`` wrapper around the graph function (numba would finalise the whole program twice)."""
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+
+    xs, out, vals = _small_graph()
+    stock = _numba_fn(xs, out, "none")
+    fast = _numba_fn(xs, out, "wide_split")
+    assert "jitable_func" in stock.vm.jit_fn.py_func.__code__.co_names  # the stock wrapper
+    py_func = fast.vm.jit_fn.py_func
+    assert "jitable_func" not in py_func.__code__.co_names
+    assert py_func.__code__.co_argcount == len(xs)  # the graph function's own signature, not *args
+    # cacheable across processes: a stable file name and a key for pytensor's cache locator
+    assert py_func.__code__.co_filename == "<string>"
+    assert CACHED_SRC_FUNCTIONS[py_func].endswith("_pmfast_direct" + __import__("pmfast.linker").linker.VERSION)
+    np.testing.assert_allclose(fast(*vals), stock(*vals), rtol=1e-14)
+    legacy = pytensor.function(xs, out, mode=Mode(ChunkedNumbaLinker(direct=False), pmfast.get_mode("wide_split").optimizer))
+    assert "jitable_func" in legacy.vm.jit_fn.py_func.__code__.co_names
+
+
+def test_linker_big_graph_is_optnone_and_frees_garbage_before_codegen(monkeypatch):
+    """From OPTNONE_MIN_NODES nodes on: optnone, and the lean pipeline runs gc before finalising the library."""
+    import pmfast.linker as lk
+
+    calls = []
+    orig = lk._release_memory
+    monkeypatch.setattr(lk, "_release_memory", lambda: (calls.append(1), orig()))
+    xs, out, vals = _small_graph()
+    stock = _numba_fn(xs, out, "none")
+    small = _numba_fn(xs, out, "wide_split")
+    assert not small.vm.jit_fn.targetoptions.get("_dbg_optnone")
+    small(*vals)
+    assert calls == []
+    monkeypatch.setattr(lk, "OPTNONE_MIN_NODES", 1)
+    big = _numba_fn(xs, out, "wide_split")
+    jit_fn = big.vm.jit_fn
+    assert jit_fn.targetoptions.get("_dbg_optnone")
+    assert jit_fn._compiler.pipeline_class is lk._lean_compiler()
+    np.testing.assert_allclose(big(*vals), stock(*vals), rtol=1e-14)
+    assert len(calls) == 1  # the final function's library only, not every kernel's
+    (cres,) = jit_fn.overloads.values()
+    assert type(cres.library).__name__.startswith("Lean")
+    assert "optnone" in cres.library.get_llvm_str()
+
+
+def _count(fn, pred):
+    return sum(1 for n in fn.maker.fgraph.apply_nodes if pred(n))
+
+
+def _is_sum(n):
+    from pytensor.tensor.math import Sum
+
+    return isinstance(n.op, Sum)
+
+
+@given(
+    runs=st.lists(st.tuples(st.sampled_from([3, 4, 6]), st.integers(1, 14)), min_size=3, max_size=8).filter(
+        lambda r: sum(k for _, k in r) > 30
+    ),
+    perm_seed=st.integers(0, 10**6),
+    gap=st.booleans(),
+)
+@settings(max_examples=10, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+def test_block_sums_batched_in_wide_add(runs, perm_seed, gap):
+    """Σ_i sum(f(x[a_i:b_i].reshape(…))) + other → each run of contiguous equal-size blocks as one row-sum."""
+    rng = np.random.default_rng(perm_seed)
+    sizes = [s for s, k in runs for _ in range(k)]
+    starts = list(np.cumsum([0, *sizes])[:-1])
+    if gap:  # a hole in the middle: the run there breaks
+        starts = starts[: len(sizes) // 2] + [a + 1 for a in starts[len(sizes) // 2 :]]
+    x = pt.dvector("x")
+    terms = [
+        pt.sum(pt.exp(-0.5 * x[int(a) : int(a) + s].reshape((s // 2 if s % 2 == 0 else s, -1)) ** 2))
+        for a, s in zip(starts, sizes, strict=True)
+    ]
+    # another (non-fusable) term; a fusable scalar term would make the Add a Composite (not batched)
+    y = pt.dvector("y")
+    order = rng.permutation(len(terms) + 1)
+    operands = [(terms + [pt.sum(pt.log1p(y**2))])[i] for i in order]
+    fn = pytensor.function([x, y], pt.add(*operands), mode=rewrite_mode())
+    xv, yv = rng.normal(size=int(starts[-1] + sizes[-1])), np.array([0.3, -1.0])
+    expected = sum(np.exp(-0.5 * xv[int(a) : int(a) + s] ** 2).sum() for a, s in zip(starts, sizes, strict=True))
+    np.testing.assert_allclose(fn(xv, yv), expected + np.log1p(yv**2).sum(), rtol=1e-13)
+    assert widest(fn) <= ws.MAX_ARITY
+    # maximal runs of contiguous equal-size blocks: 2 Sums each (rows, then total), 1 for a lone block
+    lengths = [1]
+    for i in range(1, len(sizes)):
+        if sizes[i] == sizes[i - 1] and starts[i] == starts[i - 1] + sizes[i - 1]:
+            lengths[-1] += 1
+        else:
+            lengths.append(1)
+    assert _count(fn, _is_sum) == sum(2 if k > 1 else 1 for k in lengths) + 1
+
+
+def test_block_sums_not_batched_when_shared_or_not_contiguous():
+    from pytensor.tensor.math import Sum
+
+    x = pt.dvector("x")
+    n, m = 35, 4
+    terms = [pt.sum(pt.exp(x[i * m : (i + 1) * m])) for i in range(n)]
+    # every other block overlaps its neighbour: no contiguous run of equal blocks
+    skew = [pt.sum(pt.exp(x[i * m + (i % 2) : i * m + (i % 2) + m])) for i in range(n)]
+    fn_skew = pytensor.function([x], pt.add(*skew), mode=rewrite_mode())
+    assert _count(fn_skew, lambda nd: isinstance(nd.op, Sum)) >= n - 1  # (fusion may merge a pair or so)
+    # each block sum also used elsewhere: batching would compute them twice
+    fn_shared = pytensor.function([x], [pt.add(*terms), pt.stack(terms[:3])], mode=rewrite_mode())
+    assert _count(fn_shared, lambda nd: isinstance(nd.op, Sum)) >= 3
+    xv = np.random.default_rng(0).normal(size=n * m + 2)
+    np.testing.assert_allclose(fn_shared(xv)[0], np.exp(xv[: n * m]).sum(), rtol=1e-13)
+    np.testing.assert_allclose(
+        fn_skew(xv), sum(np.exp(xv[i * m + (i % 2) : i * m + (i % 2) + m]).sum() for i in range(n)), rtol=1e-13
+    )
+
+
+@given(n=st.integers(31, 80), shared_col=st.booleans())
+@SETTINGS
+def test_make_vector_of_scalar_elemwise_vectorized(n, shared_col):
+    """MakeVector(eq(a_i, b_i) …) → eq(MakeVector(a…), MakeVector(b…)): one Eq node instead of n."""
+    from pytensor.scalar import EQ
+    from pytensor.tensor.elemwise import Elemwise
+
+    a = [pt.lscalar(f"a{i}") for i in range(n)]
+    b = pt.lscalar("b")
+    bs = [b] * n if shared_col else [pt.lscalar(f"b{i}") for i in range(n)]
+    out = pt.stack([pt.eq(ai, bi) for ai, bi in zip(a, bs, strict=True)])
+    inputs = a + ([b] if shared_col else bs)
+    fn = pytensor.function(inputs, out, mode=rewrite_mode())
+    assert _count(fn, lambda nd: isinstance(nd.op, Elemwise) and isinstance(nd.op.scalar_op, EQ)) == 1
+    assert widest(fn) <= ws.MAX_ARITY
+    rng = np.random.default_rng(n)
+    av = rng.integers(0, 3, n)
+    bv = [1] if shared_col else list(rng.integers(0, 3, n))
+    np.testing.assert_array_equal(fn(*av, *bv), av == (bv[0] if shared_col else np.asarray(bv)))
+
+
+def test_make_vector_not_vectorized_when_an_element_is_shared():
+    from pytensor.scalar import EQ
+    from pytensor.tensor.elemwise import Elemwise
+
+    n = 40
+    a = [pt.lscalar(f"a{i}") for i in range(n)]
+    b = pt.lscalar("b")
+    eqs = [pt.eq(ai, b) for ai in a]
+    fn = pytensor.function([*a, b], [pt.stack(eqs), eqs[0] * 2], mode=rewrite_mode())
+    assert _count(fn, lambda nd: isinstance(nd.op, Elemwise) and isinstance(nd.op.scalar_op, EQ)) >= n - 1
+    vals = list(range(n))
+    res = fn(*vals, 3)
+    np.testing.assert_array_equal(res[0], np.arange(n) == 3)

@@ -142,7 +142,8 @@ def _is_assoc(scalar_op) -> bool:
 
 
 def split_assoc_elemwise(fgraph, node):
-    """Elemwise Add/Mul with > MAX_ARITY weighted inputs → balanced tree."""
+    """Elemwise Add/Mul with > MAX_ARITY weighted inputs → balanced tree (block sums batched first)."""
+    import pytensor.scalar as ps
     from pytensor.tensor.elemwise import Elemwise
 
     op = node.op
@@ -155,12 +156,116 @@ def split_assoc_elemwise(fgraph, node):
     if any(i.type.dtype != out.type.dtype for i in node.inputs):
         return None
     scalar_op = op.scalar_op
+    operands = list(node.inputs)
+    if isinstance(scalar_op, ps.Add):
+        operands = batch_block_sums(fgraph, node, operands)
+        weights = [input_weight(i) for i in operands]
 
     def combine(items):
         return Elemwise(scalar_op)(*items)
 
-    new = balanced_tree(list(node.inputs), weights, combine)
+    new = balanced_tree(operands, weights, combine) if len(operands) > 1 else operands[0]
     return [new]
+
+
+def _block_sum(fgraph, node, var):
+    """``(key, start, stop, elemwise)`` if ``var`` is ``sum(f(x[start:stop].reshape(…)))`` used only by ``node``.
+
+    ``f`` is a one-input Elemwise, ``x`` a vector, ``start``/``stop`` constants,
+    the sum over all axes; the sum and ``f``'s output have no other client.
+    """
+    from pytensor.graph.basic import Constant
+    from pytensor.tensor.elemwise import Elemwise
+    from pytensor.tensor.math import Sum
+    from pytensor.tensor.shape import Reshape
+    from pytensor.tensor.subtensor import Subtensor, get_idx_list
+
+    if var.owner is None or not isinstance(var.owner.op, Sum) or fgraph.clients[var] != [(node, node.inputs.index(var))]:
+        return None
+    total = var.owner.op
+    e = var.owner.inputs[0]
+    if total.axis is not None and sorted(total.axis) != list(range(e.type.ndim)):
+        return None
+    f = e.owner
+    if f is None or not isinstance(f.op, Elemwise) or len(f.inputs) != 1 or len(f.outputs) != 1 or f.op.destroy_map:
+        return None
+    if len(fgraph.clients[e]) != 1:
+        return None
+    r = f.inputs[0]
+    if r.owner is not None and isinstance(r.owner.op, Reshape):
+        r = r.owner.inputs[0]
+    if r.owner is None or not isinstance(r.owner.op, Subtensor) or r.type.ndim != 1:
+        return None
+    x = r.owner.inputs[0]
+    (idx,) = get_idx_list(r.owner.inputs, r.owner.op.idx_list)
+    if not isinstance(idx, slice) or idx.step is not None:
+        return None
+
+    def const(v, default):
+        if v is None:
+            return default
+        if isinstance(v, Constant):
+            return int(v.data)
+        return None
+
+    start, stop = const(idx.start, 0), const(idx.stop, x.type.shape[0])
+    if start is None or stop is None or not 0 <= start < stop:
+        return None
+    key = (x, f.op, total.dtype, total.acc_dtype, e.type.dtype, var.type)
+    return key, start, stop
+
+
+def batch_block_sums(fgraph, node, operands: list) -> list:
+    """Operands ``sum(f(x[a_i:b_i].reshape(…)))`` over contiguous equal-size blocks → one operand.
+
+    A model with many free variables of the same prior has one such term per
+    variable in its logp sum (slice of the joined point, reshape, prior
+    log-density, sum): ~4 graph nodes, i.e. numba call lines, each. A run of k
+    blocks of m elements ``x[a:a+m], x[a+m:a+2m], …`` becomes
+    ``sum(sum(f(x[a:a+k*m].reshape(k, m)), axis=1))``: each row is summed as
+    its block was (same elements, same order), then the k block sums are
+    added, i.e. only the association of the outer sum changes, as with any
+    split of a wide Add. Runs shorter than 2 stay as they are.
+    """
+    from pytensor.tensor.math import Sum
+
+    found = {}
+    for i, v in enumerate(operands):
+        try:
+            info = _block_sum(fgraph, node, v)
+        except Exception:
+            info = None
+        if info is not None:
+            found.setdefault(info[0], []).append((info[1], info[2], i))
+    replace: dict[int, object] = {}
+    drop: set[int] = set()
+    for key, blocks in found.items():
+        x, f_op, dtype, acc_dtype, e_dtype, out_type = key
+        blocks.sort()
+        runs, cur = [], [blocks[0]]
+        for b in blocks[1:]:
+            a = cur[-1]
+            if b[0] == a[1] and b[1] - b[0] == a[1] - a[0]:
+                cur.append(b)
+            else:
+                runs.append(cur)
+                cur = [b]
+        runs.append(cur)
+        for run in runs:
+            if len(run) < 2:
+                continue
+            k, m = len(run), run[0][1] - run[0][0]
+            block = x[run[0][0] : run[-1][1]].reshape((k, m))
+            fx = f_op(block)
+            rows = Sum(axis=[1], dtype=dtype, acc_dtype=acc_dtype)(fx)
+            new = Sum(axis=None, dtype=dtype, acc_dtype=acc_dtype)(rows)
+            if fx.type.dtype != e_dtype or new.type != out_type:
+                continue
+            replace[run[0][2]] = new
+            drop.update(b[2] for b in run[1:])
+    if not replace:
+        return operands
+    return [replace.get(i, v) for i, v in enumerate(operands) if i not in drop]
 
 
 def _inner_ancestors(var, stop_inputs: set):
@@ -382,12 +487,67 @@ def split_make_vector(fgraph, node):
 
     if not isinstance(node.op, MakeVector) or len(node.inputs) <= MAX_ARITY:
         return None
+    vectorized = vectorize_make_vector(fgraph, node)
+    if vectorized is not None:
+        return [vectorized]
+    return [_chunked_make_vector(node.op, list(node.inputs))]
+
+
+def _chunked_make_vector(op, scalars: list):
+    """``op(*scalars)`` (a MakeVector) as a Join of ≤ CHUNK-wide MakeVectors when it is wider than MAX_ARITY."""
+    import pytensor.tensor as pt
+
+    if len(scalars) <= MAX_ARITY:
+        return op(*scalars)
+    chunks = balanced_chunks([1] * len(scalars))
+    parts = [op(*[scalars[i] for i in c]) for c in chunks]
+    out_type = op(*scalars[:1]).type.clone(shape=(len(scalars),))
+    if len(parts) + 1 > MAX_ARITY:  # the Join's axis is a call argument too
+        return _join_buffer(parts, 0, out_type)
+    return pt.join(0, *parts)
+
+
+def vectorize_make_vector(fgraph, node):
+    """``MakeVector(f(a_1, b_1), …, f(a_n, b_n))`` → ``f(MakeVector(a_i…), MakeVector(b_i…))``.
+
+    Every input is the only output of a 0-d Elemwise with the same op whose
+    only client is this MakeVector (e.g. the n−1 ``Eq`` broadcast checks of n
+    gathered terms). The Elemwise then runs once on vectors: n scalar nodes
+    (n numba call lines) become one, plus the MakeVectors of its operands
+    (chunked). An operand that is the same variable in every row is
+    broadcast instead of repeated. Same scalar op on the same values: exact.
+    """
+    import pytensor.tensor as pt
+    from pytensor.tensor.basic import MakeVector
+    from pytensor.tensor.elemwise import Elemwise
+
+    owners = [v.owner for v in node.inputs]
+    if any(o is None for o in owners):
+        return None
+    op = owners[0].op
+    if not isinstance(op, Elemwise) or op.destroy_map:
+        return None
+    arity = len(owners[0].inputs)
+    for o, v in zip(owners, node.inputs, strict=True):
+        if o.op != op or len(o.outputs) != 1 or len(o.inputs) != arity or v.type.ndim != 0:
+            return None
+        if any(client is not node for client, _ in fgraph.clients[v]):
+            return None
+    columns = []
+    for j in range(arity):
+        col = [o.inputs[j] for o in owners]
+        t = col[0].type
+        if t.ndim != 0 or any(c.type != t for c in col):
+            return None
+        if all(c is col[0] for c in col):
+            columns.append(pt.shape_padleft(col[0]))
+        else:
+            columns.append(_chunked_make_vector(MakeVector(t.dtype), col))
+    new = op(*columns)
     out = node.outputs[0]
-    chunks = balanced_chunks([1] * len(node.inputs))
-    parts = [node.op(*[node.inputs[i] for i in c]) for c in chunks]
-    if len(parts) > MAX_ARITY:
-        return [_join_buffer(parts, 0, out.type)]
-    return [pt.join(0, *parts)]
+    if new.type.dtype != out.type.dtype or new.type.ndim != 1:
+        return None
+    return new
 
 
 def split_check_and_raise(fgraph, node):
