@@ -4,7 +4,7 @@ An :class:`IndexedLoop` is a loop nest over an iteration space of ``ndim``
 dims (``i0 < n0, i1 < n1, ...``) over the *inputs and outputs of an Apply
 node* (``$k``: node input position, ``out<k>``: node output position)::
 
-    for i0 < n0 = $3.shape[0]:
+    for i0 < n0 = $1.shape[0]:
       for i1 < n1 = $0.shape[0]:
         a0 = $0[i1, $1[i0]]                  # Read(0, (1, Gather(1, (0,)))): x[:, idx], never materialised
         a1 = $2[$4[i0, 0], i1]               # Read(2, (Gather(4, (0, None)), 1)): index axis 1 has length 1
@@ -17,7 +17,8 @@ Every array access (read or scatter) gives, per axis of the accessed array,
 an :data:`Axis`: a loop dim ``d`` (position ``i<d>``), ``None`` (the axis has
 static length 1: position 0) or a :class:`Gather` (position
 ``index[...]``, the index array itself addressed by loop dims;
-bounds-checked against the axis, negative positions wrap). Loop dims an
+bounds-checked against the axis, negative positions wrap; ``loose``: numpy's
+runtime broadcasting among several index arrays). Loop dims an
 access does not mention are broadcast for it. Transposes, expand_dims and
 drops of length-1 axes around a gather are just other ``axes``.
 

@@ -562,8 +562,9 @@ def _same_shape(sf, v, a, w, b) -> bool:
 def _indices_agree(fgraph, layout: _Layout) -> bool:
     """Are the index arrays' lengths along each broadcast axis provably equal?
 
-    Numpy broadcasts an index array of runtime length 1 against the others;
-    the loop does not (it checks them equal), so it needs the equality up front.
+    Numpy broadcasts an index array of runtime length 1 against the others.
+    Proven equal, the loop reads them strictly (checked equal to the loop
+    dim); otherwise loosely (:class:`~pmfast.loops.spec.Gather` ``loose``).
     """
     sf = getattr(fgraph, "shape_feature", None)
     for k in range(layout.bdim):
