@@ -486,7 +486,13 @@ def test_block_sums_not_batched_when_shared_or_not_contiguous():
     # each block sum also used elsewhere: batching would compute them twice
     fn_shared = pytensor.function([x], [pt.add(*terms), pt.stack(terms[:3])], mode=rewrite_mode())
     assert _count(fn_shared, lambda nd: isinstance(nd.op, Sum)) >= 3
+    # an invalid reshape (4 elements into 3 rows) keeps raising
+    bad = [pt.sum(pt.exp(x[i * m : (i + 1) * m].reshape((3, -1)))) for i in range(n)]
+    fn_bad = pytensor.function([x], pt.add(*bad), mode=rewrite_mode())
+    assert _count(fn_bad, lambda nd: isinstance(nd.op, Sum)) >= n - 1
     xv = np.random.default_rng(0).normal(size=n * m + 2)
+    with pytest.raises(ValueError):
+        fn_bad(xv)
     np.testing.assert_allclose(fn_shared(xv)[0], np.exp(xv[: n * m]).sum(), rtol=1e-13)
     np.testing.assert_allclose(
         fn_skew(xv), sum(np.exp(xv[i * m + (i % 2) : i * m + (i % 2) + m]).sum() for i in range(n)), rtol=1e-13

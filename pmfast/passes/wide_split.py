@@ -192,8 +192,12 @@ def _block_sum(fgraph, node, var):
     if len(fgraph.clients[e]) != 1:
         return None
     r = f.inputs[0]
+    target = None
     if r.owner is not None and isinstance(r.owner.op, Reshape):
-        r = r.owner.inputs[0]
+        r, shape = r.owner.inputs
+        if not isinstance(shape, Constant):
+            return None
+        target = [int(d) for d in shape.data]
     if r.owner is None or not isinstance(r.owner.op, Subtensor) or r.type.ndim != 1:
         return None
     x = r.owner.inputs[0]
@@ -211,6 +215,14 @@ def _block_sum(fgraph, node, var):
     start, stop = const(idx.start, 0), const(idx.stop, x.type.shape[0])
     if start is None or stop is None or not 0 <= start < stop:
         return None
+    if target is not None:
+        # the reshape must be valid for the block (it would raise otherwise, the batched form might not)
+        known = math.prod(d for d in target if d != -1)
+        n_free = sum(d == -1 for d in target)
+        if any(d < -1 for d in target) or n_free > 1 or known == 0:
+            return None
+        if (n_free == 0 and known != stop - start) or (n_free == 1 and (stop - start) % known):
+            return None
     key = (x, f.op, total.dtype, total.acc_dtype, e.type.dtype, var.type)
     return key, start, stop
 
