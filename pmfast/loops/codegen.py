@@ -18,7 +18,7 @@ import numpy as np
 from pmfast.loops.spec import ALL, ANY, INC, SET, STORE, SUM, Gather, IndexedLoop
 
 #: Bump whenever the generated source changes shape.
-CODEGEN_VERSION = 10
+CODEGEN_VERSION = 12
 
 #: Read operands of static length 1 on every axis once, before the loop.
 HOIST_INVARIANT_READS = True
