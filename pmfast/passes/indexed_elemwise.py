@@ -240,6 +240,7 @@ try:
                         VERSION,
                         "IndexedElemwise",
                         source_key(loop, in_dtypes, out_dtypes),
+                        sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
                         ("lazy", LAZY_VERSION) if lazy is not None else "stock",
