@@ -30,6 +30,15 @@ def _categorical(k: int):
     return [y, *bs, *idx], [logp, *pytensor.grad(logp, bs)]
 
 
+def _softmax_scatters(k: int):
+    """``k`` scatters of ``softmax(b[idx])`` (not an Elemwise output) by the same index."""
+    b = pt.tensor("b", shape=(None, 4))  # the class axis: static, as pymc's reshaped parameters are
+    idx = pt.vector("idx", dtype="int64")
+    zs = [pt.tensor(f"z{j}", shape=(None, 4)) for j in range(k)]
+    y = pt.special.softmax(b[idx], axis=-1)
+    return [b, idx, *zs], [pt.inc_subtensor(z[idx], y) for z in zs]
+
+
 def _softmax_set(static: bool):
     """``set_subtensor(z[idx], softmax(x))``: ``y`` is not an Elemwise output."""
     shape = (6, 3) if static else (None, 3)
@@ -52,6 +61,7 @@ def _chained():
 
 STRUCTURES = {
     "categorical3": lambda: _categorical(3),
+    "softmax3": lambda: _softmax_scatters(3),
     "categorical16": lambda: _categorical(sl.MAX_SCATTERS + 2),
     "set_static": lambda: _softmax_set(True),
     "set_unknown": lambda: _softmax_set(False),
@@ -87,11 +97,25 @@ def _categorical_args(draw, k):
 
 @SETTINGS
 @given(data=st.data())
-def test_one_loop_for_all_scatters_of_one_gradient(data):
-    fast, _ = _compiled("categorical3")
+def test_one_loop_for_all_scatters_of_one_y(data):
+    fast, _ = _compiled("softmax3")
     assert not _nodes(fast, AdvancedIncSubtensor1)
     (loop,) = _scatter_loops(fast)
     assert [w.mode for w in loop.op.loop.writes] == ["inc"] * 3
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**16)))
+    n, rows = data.draw(st.integers(0, 20)), data.draw(st.integers(1, 5))
+    args = [rng.normal(size=(rows, 4)), rng.integers(-rows, rows, n)] + [rng.normal(size=(rows, 4)) for _ in range(3)]
+    _check("softmax3", args)
+
+
+@SETTINGS
+@given(data=st.data())
+def test_gradient_scatters_join_the_loop_computing_them(data):
+    # the categorical gradient is an Elemwise of the softmax: with the lengths proven
+    # graph-wide (the gathers' loop checks), its three scatters run inside its loop
+    fast, _ = _compiled("categorical3")
+    assert not _nodes(fast, AdvancedIncSubtensor1) and not _scatter_loops(fast)
+    assert any(sum(w.mode == "inc" for w in n.op.loop.writes) == 3 for n in _nodes(fast, ie.IndexedElemwise))
     _check("categorical3", _categorical_args(data.draw, 3))
 
 

@@ -46,6 +46,7 @@ import numpy as np
 
 from pmfast.loops.codegen import LAZY_VERSION, generate_source, lazy_composite_source, source_key
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
+from pmfast.passes.lengths import EqualLengths
 from pmfast.passes.registry import record, register_pass
 
 _log = logging.getLogger(__name__)
@@ -532,6 +533,8 @@ class _Lengths:
     def __init__(self, fgraph, node):
         self.node = node
         self.sf = getattr(fgraph, "shape_feature", None)
+        #: graph-wide facts (:class:`~pmfast.passes.lengths.EqualLengths`), when the rewriter built them
+        self.graph = getattr(fgraph, "_pmfast_equal_lengths", None)
         self._known: dict = {}
 
     def known(self, d: int) -> set:
@@ -548,7 +551,9 @@ class _Lengths:
         if out.type.shape[d] is not None and out.type.shape[d] == var.type.shape[axis]:
             return True
         known = self.known(d)
-        return (var, axis) in known or any(_same_shape(self.sf, v, a, var, axis) for v, a in known)
+        if (var, axis) in known or any(_same_shape(self.sf, v, a, var, axis) for v, a in known):
+            return True
+        return self.graph is not None and self.graph.same(out, d, var, axis)
 
 
 def _same_shape(sf, v, a, w, b) -> bool:
@@ -900,18 +905,27 @@ class IndexedElemwiseFusion(GraphRewriter):
 
     def apply(self, fgraph):
         n = 0
-        for node in list(fgraph.toposort()):
-            if node not in fgraph.apply_nodes or not isinstance(node.op, Elemwise):
-                continue
-            try:
-                res = build_fused(fgraph, node)
-                if res is None:
+        try:
+            # facts about the graph as it is now; variables created below have none
+            # (``same`` then answers False: the conservative side)
+            fgraph._pmfast_equal_lengths = EqualLengths(fgraph)
+        except Exception:
+            _log.debug("indexed_elemwise: no graph-wide length facts", exc_info=True)
+        try:
+            for node in list(fgraph.toposort()):
+                if node not in fgraph.apply_nodes or not isinstance(node.op, Elemwise):
                     continue
-                pairs, _ = res
-                fgraph.replace_all_validate(pairs, reason=PASS_NAME)
-                n += 1
-            except Exception:
-                _log.debug("indexed_elemwise: declined %s", node, exc_info=True)
+                try:
+                    res = build_fused(fgraph, node)
+                    if res is None:
+                        continue
+                    pairs, _ = res
+                    fgraph.replace_all_validate(pairs, reason=PASS_NAME)
+                    n += 1
+                except Exception:
+                    _log.debug("indexed_elemwise: declined %s", node, exc_info=True)
+        finally:
+            fgraph.__dict__.pop("_pmfast_equal_lengths", None)
         if n:
             record(fgraph, PASS_NAME, n)
 

@@ -132,7 +132,7 @@ class EqualLengths:
         """An ``IndexedElemwise``: its runtime checks tie the operands of each loop dim
         (and its stored outputs) together; a scattered output has its buffer's shape."""
         loop = node.op.loop
-        for d in range(8):
+        for d in range(loop.ndim):
             members = [(node.inputs[p], ax) for p, ax in loop.dim_operands(d)]
             members += [(o, d) for o, w in zip(node.outputs, loop.writes) if w.mode == "store" and o.type.ndim > d]
             for m in members[1:]:
