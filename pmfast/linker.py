@@ -1,7 +1,11 @@
-"""pmfast's numba linker: chunked wide calls, one dispatcher per cache key, an unoptimised graph function.
+"""pmfast's numba linker: chunked wide calls, one dispatcher per cache key, a lean graph function.
 
 ``ChunkedNumbaLinker`` is pytensor's ``NumbaLinker`` with three changes to code
-generation, all active only while it converts a graph:
+generation, all active only while it converts a graph, and two to how the
+graph function is compiled (see :meth:`ChunkedNumbaLinker.jit_compile`: it is
+the final function itself, with no ``*args`` wrapper around it; and for big
+graphs :func:`_lean_compiler` frees the lowering's garbage before LLVM
+codegen, the peak of the compile):
 
 * **Chunked calls.** CPython 3.11 compiles a call or tuple display with more
   than 30 items as ``BUILD_LIST`` + ``LIST_APPEND``… + ``CALL_FUNCTION_EX``, which
