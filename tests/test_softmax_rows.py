@@ -89,7 +89,18 @@ def test_categorical_logp_and_gradient(data):
     _assert_same(fast(x, y), stock(x, y))
 
 
-@pytest.mark.parametrize("args", [dict(axis=0), dict(dtype="float32"), dict(ndim=3)])
+def test_declined_without_compiling():
+    from pytensor.graph.rewriting.utils import rewrite_graph
+
+    x3 = pt.tensor3("x3")
+    out = rewrite_graph(pt.special.softmax(x3, axis=-1), include=("pmfast.softmax_rows",))
+    assert isinstance(out.owner.op, Softmax)  # ndim 3: left to stock
+    x = pt.matrix("x")
+    out = rewrite_graph(pt.special.softmax(x, axis=-1), include=("pmfast.softmax_rows",))
+    assert isinstance(out.owner.op, RowSoftmax)  # the same query does rewrite a matrix
+
+
+@pytest.mark.parametrize("args", [dict(axis=0), dict(dtype="float32")])
 def test_declined(args):
     fast, stock = _compiled("both", **args)
     assert not any(isinstance(op, RowSoftmax) for op in _ops(fast))
