@@ -104,3 +104,27 @@ def test_check_and_terms_run_as_one_loop(n, k, data):
         # the same sums, rounded in another order, so compare at the summands' scale
         scale = np.max(np.abs(b), initial=1.0, where=np.isfinite(b))
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-13 * scale)
+
+
+@functools.cache
+def _sigmoid_checks(bound_ge: float):
+    x = pt.vector("x")
+    p = pt.sigmoid(x)
+    out = [pt.all(pt.ge(p, bound_ge)), pt.all(pt.le(p, 1.0))]
+    return tuple(pytensor.function([x], out, mode=m) for m in (get_mode(PASS), get_mode("none")))
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(x=st.lists(st.sampled_from([0.0, -1.0, 2.5, 40.0, -800.0, 800.0, np.inf, -np.inf, np.nan]), max_size=6))
+def test_sigmoid_bounds_check_is_not_nan(x):
+    fused, stock = _sigmoid_checks(0.0)
+    assert "sigmoid" not in pytensor.printing.debugprint(fused, file="str").lower()
+    x = np.asarray(x, dtype="float64")
+    assert [bool(v) for v in fused(x)] == [bool(v) for v in stock(x)]
+
+
+def test_sigmoid_check_against_another_bound_is_kept():
+    fused, stock = _sigmoid_checks(0.5)
+    x = np.array([0.1, -0.1, np.nan])
+    assert [bool(v) for v in fused(x)] == [bool(v) for v in stock(x)]
+    assert "sigmoid" in pytensor.printing.debugprint(fused, file="str").lower()  # >= 0.5 is no NaN test

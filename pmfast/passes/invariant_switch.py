@@ -1,4 +1,9 @@
-"""Sum of a switch on a loop-invariant condition: ``sum(switch(c, x, v))`` → ``switch(c, sum(x), Σv)``.
+"""PyMC's parameter checks, made loop-friendly (part of ``indexed_elemwise``).
+
+* ``sum(switch(c, x, v))`` → ``switch(c, sum(x), Σv)`` for a loop-invariant ``c``;
+* ``sigmoid(x) >= 0`` / ``sigmoid(x) <= 1`` → ``~isnan(x)`` (a ``logit_p``'s ``0 <= p <= 1``).
+
+Sum of a switch on a loop-invariant condition:
 
 PyMC guards every logp term with its parameter checks,
 ``switch(all(checks), logp_terms, -inf)``, and sums it. When a check reads the
@@ -25,10 +30,11 @@ import logging
 
 import numpy as np
 from pytensor.graph.rewriting.basic import in2out, node_rewriter
-from pytensor.scalar.basic import Switch
+from pytensor.scalar.basic import GE, LE, Switch
+from pytensor.scalar.math import Sigmoid
 from pytensor.tensor.basic import as_tensor_variable, get_underlying_scalar_constant_value, stack, switch
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
-from pytensor.tensor.math import Sum, eq, prod
+from pytensor.tensor.math import Sum, eq, invert, isnan, prod
 from pytensor.tensor.exceptions import NotScalarConstantError
 
 from pmfast.passes.indexed_elemwise import indexed_elemwise_pass
@@ -110,8 +116,49 @@ def local_sum_of_invariant_switch(fgraph, node):
         return None
 
 
+def _sigmoid_input(v):
+    node = v.owner
+    if node is not None and isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, Sigmoid):
+        return node.inputs[0]
+    return None
+
+
+@node_rewriter([Elemwise])
+def local_sigmoid_bounds_check(fgraph, node):
+    """``sigmoid(x) >= 0`` and ``sigmoid(x) <= 1`` (pymc's ``0 <= p <= 1`` check of a
+    ``logit_p``) become ``~isnan(x)``.
+
+    ``sigmoid(x) = 1 / (1 + exp(-x))`` lies in ``[0, 1]`` for every ``x`` but
+    NaN, so both comparisons are exactly "``x`` is not NaN"; the check then no
+    longer computes an ``exp`` per element (the sigmoid may still be needed
+    elsewhere, e.g. by the gradient, where it is computed as before).
+    """
+    try:
+        sop = node.op.scalar_op
+        if not isinstance(sop, GE | LE) or node.outputs[0].type.dtype != "bool":
+            return None
+        a, b = node.inputs
+        x = _sigmoid_input(a)
+        if x is None or np.dtype(x.type.dtype).kind != "f":
+            return None
+        try:
+            bound = float(get_underlying_scalar_constant_value(b))
+        except (NotScalarConstantError, TypeError, ValueError):
+            return None
+        if (isinstance(sop, GE) and bound != 0.0) or (isinstance(sop, LE) and bound != 1.0):
+            return None
+        new = invert(isnan(x))
+        if new.type != node.outputs[0].type:  # the bound broadcast x to more axes: keep stock
+            return None
+        return [new]
+    except Exception:
+        _log.debug("sigmoid bounds check: declined %s", node, exc_info=True)
+        return None
+
+
 # Position 48.5: after ``specialize`` (2) and ``add_mul_fusion`` (48), when pymc's
 # checks have become switches (``local_check_parameter_to_ninf_switch``,
 # canonicalize) and nothing re-runs canonicalize; before ``elemwise_fusion`` (49),
 # so fusion sees the checks and the terms as one elementwise graph.
 indexed_elemwise_pass.register(in2out(local_sum_of_invariant_switch), 48.5, name="sum_of_invariant_switch")
+indexed_elemwise_pass.register(in2out(local_sigmoid_bounds_check), 48.5, name="sigmoid_bounds_check")
