@@ -48,6 +48,7 @@ from pmfast.loops.codegen import LAZY_VERSION, generate_source, lazy_composite_s
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
 from pmfast.passes.lengths import EqualLengths
 from pmfast.passes.registry import record, register_pass
+from pmfast.passes.rewriting import PassRewriter
 
 _log = logging.getLogger(__name__)
 
@@ -59,7 +60,6 @@ import pytensor.scalar as ps  # noqa: E402
 from pytensor.graph.basic import Apply, Constant  # noqa: E402
 from pytensor.graph.op import Op  # noqa: E402
 from pytensor.graph.rewriting.basic import (  # noqa: E402
-    GraphRewriter,
     WalkingGraphRewriter,
     node_rewriter,
 )
@@ -78,15 +78,6 @@ from pytensor.tensor.subtensor import (  # noqa: E402
 )
 from pytensor.tensor.type import TensorType  # noqa: E402
 from pytensor.tensor.type_other import SliceType  # noqa: E402
-
-
-def _pmfast_version() -> str:
-    try:
-        import pmfast
-
-        return str(getattr(pmfast, "__version__", "0"))
-    except Exception:  # pragma: no cover
-        return "0"
 
 
 class IndexedElemwise(Op):
@@ -172,6 +163,7 @@ class IndexedElemwise(Op):
 
 
 try:
+    from pmfast import __version__ as pmfast_version
     from pytensor.link.numba.cache import compile_numba_function_src
     from pytensor.link.numba.dispatch import basic as numba_basic
     from pytensor.link.numba.dispatch.basic import (
@@ -237,7 +229,7 @@ try:
                 str(
                     (
                         "pmfast",
-                        _pmfast_version(),
+                        pmfast_version,
                         VERSION,
                         "IndexedElemwise",
                         source_key(loop, in_dtypes, out_dtypes),
@@ -895,13 +887,16 @@ def _build_fused(fgraph, node, scatters: bool):
     return list(zip(replaced, new_node.outputs)), new_node
 
 
-class IndexedElemwiseFusion(GraphRewriter):
+def _fused_pairs(fgraph, node):
+    """The replacement pairs of :func:`build_fused`, or ``None``."""
+    res = build_fused(fgraph, node)
+    return None if res is None else res[0]
+
+
+class IndexedElemwiseFusion(PassRewriter):
     """Graph rewriter: fuse every eligible Elemwise with its gathers and scatters."""
 
-    def add_requirements(self, fgraph):
-        from pytensor.graph.features import ReplaceValidate
-
-        fgraph.attach_feature(ReplaceValidate())
+    reason = PASS_NAME
 
     def apply(self, fgraph):
         n = 0
@@ -915,15 +910,7 @@ class IndexedElemwiseFusion(GraphRewriter):
             for node in list(fgraph.toposort()):
                 if node not in fgraph.apply_nodes or not isinstance(node.op, Elemwise):
                     continue
-                try:
-                    res = build_fused(fgraph, node)
-                    if res is None:
-                        continue
-                    pairs, _ = res
-                    fgraph.replace_all_validate(pairs, reason=PASS_NAME)
-                    n += 1
-                except Exception:
-                    _log.debug("indexed_elemwise: declined %s", node, exc_info=True)
+                n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node), node)
         finally:
             fgraph.__dict__.pop("_pmfast_equal_lengths", None)
         if n:

@@ -29,6 +29,8 @@ unknown (``same`` answers ``False``: the caller declines).
 
 from __future__ import annotations
 
+import functools
+
 from pytensor.tensor.basic import Alloc, get_underlying_scalar_constant_value
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.shape import Shape, Shape_i, SpecifyShape
@@ -42,6 +44,7 @@ from pytensor.tensor.subtensor import (
 )
 
 
+@functools.cache
 def _same_shape_ops():
     ops = [SpecifyShape, Softmax, LogSoftmax, AdvancedIncSubtensor1, AdvancedIncSubtensor, IncSubtensor]
     try:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 
-from pytensor.graph.rewriting.basic import GraphRewriter
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar.basic import identity
 from pytensor.tensor.subtensor import AdvancedIncSubtensor1
@@ -35,6 +34,7 @@ from pmfast.loops.spec import INC, SET, Gather, IndexedLoop, Read, Write
 from pmfast.passes.indexed_elemwise import IndexedElemwise, indexed_elemwise_pass
 from pmfast.passes.lengths import EqualLengths
 from pmfast.passes.registry import record
+from pmfast.passes.rewriting import PassRewriter
 
 _log = logging.getLogger(__name__)
 
@@ -121,16 +121,16 @@ def _groups(fgraph, eq):
             yield y, group
 
 
-class ScatterLoops(GraphRewriter):
+def _pairs(old, new):
+    return list(zip(old, new.outputs, strict=True))
+
+
+class ScatterLoops(PassRewriter):
     """Replace the remaining ``AdvancedIncSubtensor1`` nodes by identity ``IndexedElemwise`` loops."""
 
+    reason = "pmfast.scatter_loops"
     #: rounds over the graph (a chained scatter waits one round for its buffer)
     MAX_ROUNDS = 4
-
-    def add_requirements(self, fgraph):
-        from pytensor.graph.features import ReplaceValidate
-
-        fgraph.attach_feature(ReplaceValidate())
 
     def apply(self, fgraph):
         n = 0
@@ -143,14 +143,9 @@ class ScatterLoops(GraphRewriter):
                 _log.debug("scatter loops: stopped", exc_info=True)
                 break
             for y, group in groups:
-                try:
-                    if any(node not in fgraph.apply_nodes for node in group):
-                        continue
-                    old, new = build_scatter_loop(y, group)
-                    fgraph.replace_all_validate(list(zip(old, new.outputs)), reason="pmfast.scatter_loops")
-                    done += 1
-                except Exception:
-                    _log.debug("scatter loops: declined a group of %s", y, exc_info=True)
+                if any(node not in fgraph.apply_nodes for node in group):
+                    continue
+                done += self.attempt(fgraph, lambda: _pairs(*build_scatter_loop(y, group)), y)
             n += done
             if not done:
                 break

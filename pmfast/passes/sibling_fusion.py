@@ -35,13 +35,13 @@ import logging
 import numpy as np
 from pytensor.graph.basic import Apply
 from pytensor.graph.replace import clone_replace
-from pytensor.graph.rewriting.basic import GraphRewriter
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar.basic import Composite, get_scalar_type, identity
 from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import AdvancedSubtensor1
 
 from pmfast.passes.indexed_elemwise import _full_bool_reduction, _is_full_sum, indexed_elemwise_pass
+from pmfast.passes.rewriting import PassRewriter
 
 _log = logging.getLogger(__name__)
 
@@ -158,13 +158,10 @@ def merge_siblings(a, b) -> Apply:
     return Elemwise(comp).make_node(*inputs)
 
 
-class SiblingFusion(GraphRewriter):
+class SiblingFusion(PassRewriter):
     """Merge Elemwise siblings that share gathered data (see the module docstring)."""
 
-    def add_requirements(self, fgraph):
-        from pytensor.graph.features import ReplaceValidate
-
-        fgraph.attach_feature(ReplaceValidate())
+    reason = "pmfast.sibling_fusion"
 
     def apply(self, fgraph):
         merges = 0
@@ -178,17 +175,11 @@ class SiblingFusion(GraphRewriter):
             if pair is None:
                 break
             a, b = pair
-            try:
-                new = merge_siblings(a, b)
-                old = [*a.outputs, *b.outputs]
-                if any(o.type != n.type for o, n in zip(old, new.outputs, strict=True)):
-                    declined.add((a, b))
-                    continue
-                fgraph.replace_all_validate(list(zip(old, new.outputs)), reason="pmfast.sibling_fusion")
+            build = lambda: list(zip([*a.outputs, *b.outputs], merge_siblings(a, b).outputs, strict=True))  # noqa: E731
+            if self.attempt(fgraph, build, pair):
                 merges += 1
-            except Exception:
-                _log.debug("sibling fusion: declined %s, %s", a, b, exc_info=True)
-                declined.add((a, b))
+            else:
+                declined.add(pair)
 
     @staticmethod
     def _find_pair(fgraph, declined):

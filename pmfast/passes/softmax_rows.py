@@ -23,11 +23,11 @@ from hashlib import sha256
 import numpy as np
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
-from pytensor.graph.rewriting.basic import GraphRewriter
 from pytensor.tensor.basic import as_tensor_variable
 from pytensor.tensor.special import LogSoftmax, Softmax
 
 from pmfast.passes.registry import record, register_pass
+from pmfast.passes.rewriting import PassRewriter
 
 _log = logging.getLogger(__name__)
 
@@ -142,13 +142,20 @@ try:
                 sm, lsm = rows(x)
                 return (sm if pick_sm else lsm).reshape(x.shape)
 
-        from pmfast.passes.indexed_elemwise import _pmfast_version
+        from pmfast import __version__
 
-        key = sha256(str(("pmfast", _pmfast_version(), VERSION, op.outputs, vector)).encode()).hexdigest()
+        key = sha256(str(("pmfast", __version__, VERSION, op.outputs, vector)).encode()).hexdigest()
         return row_softmax, key
 
 except ImportError:  # pragma: no cover - numba backend unavailable
     _log.debug("numba dispatch for RowSoftmax not registered", exc_info=True)
+
+
+def _row_softmax_pairs(x, kinds):
+    """``(old, new)`` pairs replacing the ``kinds`` (name -> node) of ``x`` by one ``RowSoftmax``."""
+    names = tuple(k for k in (SOFTMAX, LOG_SOFTMAX) if k in kinds)
+    new = RowSoftmax(names).make_node(x)
+    return [(kinds[k].outputs[0], out) for k, out in zip(names, new.outputs, strict=True)]
 
 
 def _last_axis(node) -> bool:
@@ -156,13 +163,10 @@ def _last_axis(node) -> bool:
     return node.op.axis is not None and node.op.axis in (-1, ndim - 1)
 
 
-class RowSoftmaxFusion(GraphRewriter):
+class RowSoftmaxFusion(PassRewriter):
     """Replace the last-axis ``Softmax`` / ``LogSoftmax`` nodes of each tensor by one ``RowSoftmax``."""
 
-    def add_requirements(self, fgraph):
-        from pytensor.graph.features import ReplaceValidate
-
-        fgraph.attach_feature(ReplaceValidate())
+    reason = PASS_NAME
 
     def apply(self, fgraph):
         groups: dict = {}
@@ -174,16 +178,7 @@ class RowSoftmaxFusion(GraphRewriter):
                     groups.setdefault(x, {}).setdefault(kind, node)  # merge has deduplicated the rest
         n = 0
         for x, kinds in groups.items():
-            try:
-                names = tuple(k for k in (SOFTMAX, LOG_SOFTMAX) if k in kinds)
-                new = RowSoftmax(names).make_node(x)
-                pairs = [(kinds[k].outputs[0], out) for k, out in zip(names, new.outputs, strict=True)]
-                if any(old.type != out.type for old, out in pairs):
-                    continue
-                fgraph.replace_all_validate(pairs, reason=PASS_NAME)
-                n += 1
-            except Exception:
-                _log.debug("softmax_rows: declined %s", x, exc_info=True)
+            n += self.attempt(fgraph, lambda: _row_softmax_pairs(x, kinds), x)
         if n:
             record(fgraph, PASS_NAME, n)
 

@@ -52,9 +52,9 @@ from __future__ import annotations
 import logging
 import math
 
-from pytensor.graph.rewriting.basic import GraphRewriter
 
 from pmfast.passes.registry import record, register_pass
+from pmfast.passes.rewriting import PassRewriter
 
 _log = logging.getLogger(__name__)
 
@@ -604,13 +604,17 @@ def split_node(fgraph, node):
 
 
 
-class WideSplit(GraphRewriter):
+def _changed(node, new):
+    """The ``(old, new)`` output pairs that ``split_node`` actually changed (``None``: declined)."""
+    if new is None:
+        return None
+    return [(old, nv) for old, nv in zip(node.outputs, new, strict=True) if old is not nv]
+
+
+class WideSplit(PassRewriter):
     """One pass over a snapshot of the toposort; splits every wide node it can."""
 
-    def add_requirements(self, fgraph):
-        from pytensor.graph.features import ReplaceValidate
-
-        fgraph.attach_feature(ReplaceValidate())
+    reason = PASS_NAME
 
     def apply(self, fgraph):
         n = 0
@@ -619,15 +623,7 @@ class WideSplit(GraphRewriter):
                 continue
             if len(node.inputs) <= MAX_ARITY and not _maybe_wide_weighted(node):
                 continue
-            try:
-                new = split_node(fgraph, node)
-                if new is None:
-                    continue
-                pairs = [(old, nv) for old, nv in zip(node.outputs, new, strict=True) if old is not nv]
-                fgraph.replace_all_validate(pairs, reason=PASS_NAME)
-                n += 1
-            except Exception:
-                _log.debug("wide_split: declined %s", node, exc_info=True)
+            n += self.attempt(fgraph, lambda: _changed(node, split_node(fgraph, node)), node)
         if n:
             record(fgraph, PASS_NAME, n)
         return n
