@@ -13,12 +13,14 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
     48     add_mul_fusion    (flattens Add/Mul: anything split earlier is undone)
   * 48.5   indexed_elemwise  sum(switch(c, x, -inf)) -> switch(c, sum(x), -inf) for a
                              loop-invariant c (pymc's parameter checks), so fusion can
-                             put the checks and the terms they guard in one Composite
+                             put the checks and the terms they guard in one Composite;
+                             sigmoid(x) >= 0 / <= 1 -> ~isnan(x)
     49     elemwise_fusion   (builds the Composites the next passes work on)
   * 49.15  wide_split        wide Add/Mul/Composite/Join/… into ≤ 30-argument pieces
   * 49.18  indexed_elemwise  sibling Elemwise nodes reading the same gather merged
                              (capped below wide_split's chunk size)
   * 49.2   indexed_elemwise  gathers + Composite + scatters (+ Sum) as one loop
+  * 49.22  indexed_elemwise  left-over scatter-adds of one y as one identity loop
   * 49.25  softmax_rows      last-axis Softmax / LogSoftmax of one tensor as one row loop
     49.5   add_destroy_handler
     50.1   local_inplace_setsubtensor (makes wide_split's Join buffer destructive)
