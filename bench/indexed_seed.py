@@ -119,7 +119,7 @@ def main(argv=None):
 
 def zoo(names, clock=time.process_time, calls=200, repeats=5, rounds=3):
     """Zoo models' logp+grad kernels (``fn.vm.jit_fn``), stock vs the pass alone."""
-    import models
+    from pmfast import models
     import pmfast
 
     rows = []

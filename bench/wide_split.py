@@ -49,7 +49,7 @@ def many_vars(k=60, n_obs=50, seed=0):
 
 def build(model_name: str, size: int):
     if model_name == "wide_additive":
-        import models
+        from pmfast import models
 
         return models.load("wide_additive")(n=size, n_obs=2000)
     if model_name == "many_vars":

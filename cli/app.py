@@ -209,7 +209,7 @@ def sample(
 
     Ctrl-C during sampling stops early and keeps the draws so far (written to --out if given).
     """
-    import models
+    from pmfast import models
 
     _positive(draws=draws, chains=chains, cores=cores)
     if tune < 0:
@@ -309,38 +309,48 @@ def bench(
         console.print(f"wrote {plot}")
 
 
-def _label(spec: str) -> str:
-    name = Path(spec).name
-    return name.removesuffix(":build_model")
+def spec_label(spec: str) -> str:
+    """How a model spec is shown: a zoo spec as given, a file spec as ``file.py:function`` (the JSON keeps the path)."""
+    head, sep, function = spec.partition(":")
+    if not (head.endswith(".py") or "/" in head or "\\" in head):
+        return spec
+    return f"{Path(head).name}:{function or 'build_model'}"
 
 
 def _parity(x: float) -> str:
-    return "0" if x == 0 else f"{x:.1e}"
+    return "0" if x == 0 else "nan" if math.isnan(x) else f"{x:.0e}"
+
+
+def _number(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+BENCH_COLUMNS = ("compile s", "RSS MB", "eval µs", "Δ")
+
+
+def bench_lines(results, means, passes, cold) -> list[str]:
+    """The bench table as plain lines: each model's spec whole on a line of its own, then its stock,
+    pmfast and ratio rows in fixed columns (54 characters wide: readable at 80 columns)."""
+    row = "{:<9}" + "{:>11}" * len(BENCH_COLUMNS)
+    rule = "─" * len(row.format("", *BENCH_COLUMNS))
+    lines = [f"pmfast (passes={passes}) vs stock, {'cold' if cold else 'warm'} numba cache", row.format("", *BENCH_COLUMNS), rule]
+    for r in results:
+        lines.append(spec_label(r["model"]))
+        for side in ("stock", "pmfast"):
+            x = r[side]
+            lines.append(row.format(f"  {side}", f"{x['compile_s']:.2f}", _number(x["rss_mb"]), _number(x["eval_us"]), ""))
+        ratios, parity = r["ratios"], r["parity"]
+        delta = max(parity["logp"], parity["grad"]) if not any(map(math.isnan, parity.values())) else math.nan
+        lines.append(row.format("  ratio", *(f"{ratios[k]:.2f}×" for k in ("compile", "rss", "eval")), _parity(delta)))
+    lines += [rule, row.format("geomean", *(f"{means[k]:.2f}×" for k in ("compile", "rss", "eval")), "")]
+    lines.append("ratio = pmfast/stock (below 1: pmfast is better)")
+    lines.append("Δ = largest relative difference of logp and gradient at the initial point")
+    return lines
 
 
 def print_bench(results, means, passes, cold) -> None:
-    """Print the bench table: per model stock, pmfast and pmfast/stock rows; parity; geometric means."""
-    from rich import box
-    from rich.console import Console
-    from rich.table import Table
-
-    title = f"pmfast (passes={passes}) vs stock, {'cold' if cold else 'warm'} numba cache"
-    caption = "ratio = pmfast/stock; Δ = relative difference of logp / gradient at the initial point"
-    table = Table(title=title, caption=caption, title_justify="left", caption_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("model", "", "compile s", "RSS MB", "eval µs", "Δlogp", "Δgrad"):
-        table.add_column(column, justify="left" if column in ("model", "") else "right", overflow="fold")
-    for r in results:
-        for side in ("stock", "pmfast"):
-            row = r[side]
-            label = _label(r["model"]) if side == "stock" else ""
-            table.add_row(label, side, f"{row['compile_s']:.2f}", f"{row['rss_mb']:.0f}", f"{row['eval_us']:.3g}", "", "")
-        ratios, parity = r["ratios"], r["parity"]
-        table.add_row(
-            "", "ratio", *(f"{ratios[k]:.2f}×" for k in ("compile", "rss", "eval")),
-            _parity(parity["logp"]), _parity(parity["grad"]), end_section=True,
-        )
-    table.add_row("geomean", "ratio", *(f"{means[k]:.2f}×" for k in ("compile", "rss", "eval")), "", "")
-    Console().print(table)
+    """Print :func:`bench_lines` on stdout."""
+    typer.echo("\n".join(bench_lines(results, means, passes, cold)))
 
 
 def write_bench_plot(results, means, path: Path) -> None:
@@ -351,7 +361,7 @@ def write_bench_plot(results, means, path: Path) -> None:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    labels = [_label(r["model"]) for r in results] + ["geomean"]
+    labels = [spec_label(r["model"]) for r in results] + ["geomean"]
     keys = ("compile", "rss", "eval")
     x = np.arange(len(labels))
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(labels)), 4))
@@ -445,7 +455,7 @@ def inspect(
 @app.command("models")
 def list_models():
     """List the model zoo, one line each (* marks the default)."""
-    import models
+    from pmfast import models
 
     width = max(map(len, models.ZOO))
     for name, line in models.describe():

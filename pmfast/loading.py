@@ -50,7 +50,7 @@ def parse_spec(text: str) -> Spec:
 
 def check_spec(text: str) -> Spec:
     """Parse ``text`` and check what can be checked without importing the model."""
-    import models
+    from pmfast import models
 
     spec = parse_spec(text)
     if spec.path is not None:
@@ -93,7 +93,7 @@ def load_model(text: str):
 
     A model function may return a ``pm.Model`` or ``(model, initial_point)``.
     """
-    import models
+    from pmfast import models
 
     spec = check_spec(text)
     import pymc as pm

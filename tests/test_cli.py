@@ -1,5 +1,6 @@
 """The pmfast command line: help, models, clean errors, sample (incl. Ctrl-C), inspect and bench."""
 
+import functools
 import json
 import subprocess
 import sys
@@ -8,7 +9,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from cli.app import app
+from pmfast.cli.app import app
 
 TINY_EXTRAS = '''
 
@@ -56,10 +57,10 @@ def assert_clean_error(result, *facts):
 
 
 def test_help_is_fast_and_lazy():
-    code = "import cli.app, sys; assert 'pymc' not in sys.modules and 'nutpie' not in sys.modules"
+    code = "import pmfast.cli.app, sys; assert 'pymc' not in sys.modules and 'nutpie' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True)
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "cli.app", "--help"], capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "pmfast", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0
     assert time.perf_counter() - t0 < 10
     for command in ("sample", "bench", "inspect", "models"):
@@ -74,7 +75,7 @@ def test_command_help(command):
 
 
 def test_models_lists_the_zoo():
-    import models
+    from pmfast import models
 
     result = invoke("models")
     assert result.exit_code == 0
@@ -172,7 +173,7 @@ def test_bench_json(tiny, tmp_path):
     report = tmp_path / "bench.json"
     result = invoke("bench", tiny, "--repeats", 5, "--json", report)
     assert result.exit_code == 0, result.output
-    assert "geomean" in result.stdout and "tiny.py" in result.stdout
+    assert "geomean" in result.stdout and "tiny.py:build_model" in result.stdout
     data = json.loads(report.read_text())
     [r] = data["results"]
     for side in ("stock", "pmfast"):
@@ -181,3 +182,36 @@ def test_bench_json(tiny, tmp_path):
     assert r["stock"]["passes"] == []
     assert r["parity"]["logp"] < 1e-8 and r["parity"]["grad"] < 1e-8
     assert set(r["ratios"]) == set(data["geomean"]) == {"compile", "rss", "eval"}
+
+
+def test_bench_table_shows_specs_whole_in_80_columns():
+    from pmfast.cli.app import bench_lines
+
+    side = {"compile_s": 12.3, "rss_mb": 1234.5, "eval_us": 3941.2}
+    spec = "/some/dir/football_pairwise_comparisons.py:probit"
+    results = [
+        {"model": m, "stock": side, "pmfast": side, "ratios": {"compile": 0.5, "rss": 0.9, "eval": 1.0},
+         "parity": {"logp": 1e-13, "grad": 2e-12}}
+        for m in (spec, "wide_additive:n=160")
+    ]
+    lines = bench_lines(results, {"compile": 0.5, "rss": 0.9, "eval": 1.0}, "all", True)
+    assert "football_pairwise_comparisons.py:probit" in lines
+    assert "wide_additive:n=160" in lines
+    assert "/some/dir" not in "\n".join(lines)
+    assert max(map(len, lines)) <= 80
+
+
+def test_python_m_pmfast_beside_a_users_models_and_cli_packages(tmp_path):
+    """From a project holding its own ``models`` and ``cli`` packages, the zoo and CLI are pmfast's."""
+    for name in ("models", "cli"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "__init__.py").write_text("raise ImportError('the user package was imported')\n")
+    run = functools.partial(subprocess.run, cwd=tmp_path, capture_output=True, text=True)
+    listed = run([sys.executable, "-m", "pmfast", "models"])
+    assert listed.returncode == 0, listed.stderr
+    from pmfast import models
+
+    assert len(listed.stdout.strip().splitlines()) == len(models.ZOO)
+    inspected = run([sys.executable, "-m", "pmfast", "inspect", "radon_intercept", "--passes", "none"])
+    assert inspected.returncode == 0, inspected.stderr
+    assert "nodes by op" in inspected.stdout

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pytensor.compile.mode import Mode
 
-import models
+from pmfast import models
 
 # pytensor's python Elemwise.perform cannot run Elemwise nodes with > 32 operands (numpy ufunc limit), which the
 # 40-term add of wide_additive produces under FAST_COMPILE; those models get C thunks with fast_compile rewrites.
@@ -23,7 +23,7 @@ def test_zoo_model(name):
 
     model = models.load(name)(**TEST_SIZES.get(name, {}))
     assert isinstance(model, pm.Model)
-    assert importlib.import_module(f"models.{models.ZOO[name]}").__doc__.strip()
+    assert importlib.import_module(f"pmfast.models.{models.ZOO[name]}").__doc__.strip()
     assert len(model.free_RVs) >= 1
     assert all(rv.type.dtype.startswith("float") for rv in model.free_RVs), name
     mode = Mode(linker="cvm", optimizer="fast_compile") if name in C_THUNKS else "FAST_COMPILE"
@@ -48,7 +48,7 @@ def test_registry():
 
 
 def test_import_is_cheap():
-    code = "import sys, models; models.describe(); assert 'pymc' not in sys.modules and 'pytensor' not in sys.modules"
+    code = "import sys; from pmfast import models; models.describe(); assert 'pymc' not in sys.modules and 'pytensor' not in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=models.__path__[0] + "/..")
 
 

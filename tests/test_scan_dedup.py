@@ -398,7 +398,7 @@ def test_random_systems(spec):
 @pytest.mark.parametrize("shared_rate", [True, pytest.param(False, marks=pytest.mark.slow)])
 def test_zoo_two_trace_scan_parity(shared_rate):
     pytest.importorskip("pymc")
-    from models.two_trace_scan import build_model
+    from pmfast.models.two_trace_scan import build_model
 
     model = build_model(n_units=5, n_steps=12, shared_rate=shared_rate)
     fs, x0 = pmfast.logp_dlogp_function(model, passes="none")

@@ -357,7 +357,7 @@ def test_numba_end_to_end_parity_gathered_gradient_join():
 
 def test_wide_additive_final_graph_invariants():
     """The zoo's wide model (n=40): nothing splittable stays > 30 wide; the gradient Join is one buffer."""
-    import models
+    from pmfast import models
     from pymc.pytensorf import compile as compile_pymc
 
     from pmfast.frontend import logp_dlogp_graph

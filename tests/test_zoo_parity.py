@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-import models
+from pmfast import models
 import pmfast
 
 # Sizes for the tests: the defaults of the wide model compile for minutes on stock.
