@@ -6,6 +6,7 @@ commands so that ``pmfast --help`` answers immediately.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -450,6 +451,135 @@ def inspect(
         import pytensor
 
         pytensor.dprint(fn)
+
+
+def _cluster_client(scheduler: str | None, workers: int | None):
+    """A Dask client for ``--scheduler`` (``local``: a LocalCluster of ``--workers`` processes), or None."""
+    if scheduler is None:
+        if workers is not None:
+            fail("--workers needs --scheduler local")
+        return contextlib.nullcontext()
+    from pmfast.many.dask_runner import require_distributed
+
+    distributed = require_distributed()
+    if scheduler == "local":
+        import logging
+
+        cluster = distributed.LocalCluster(
+            n_workers=workers or 2, threads_per_worker=1, processes=True,
+            dashboard_address=None, silence_logs=logging.ERROR,
+        )
+        return _closing_client(distributed.Client(cluster), cluster)
+    if workers is not None:
+        fail("--workers applies to --scheduler local only (a running scheduler has its own workers)")
+    return _closing_client(distributed.Client(scheduler, timeout="10s"))
+
+
+@contextlib.contextmanager
+def _closing_client(client, cluster=None):
+    try:
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def load_dataset(path: Path) -> dict:
+    """The arrays of an ``.npz`` file, by name."""
+    import zipfile
+
+    import numpy as np
+
+    if not zipfile.is_zipfile(path):
+        raise ValueError("not an .npz file (write one with numpy.savez)")
+    with np.load(path, allow_pickle=False) as npz:
+        return {name: npz[name] for name in npz.files}
+
+
+@app.command("fit-many")
+@user_errors
+def fit_many_command(
+    model: Annotated[str, typer.Argument(help=MODEL_HELP)],
+    data: Annotated[list[Path], typer.Argument(metavar="DATA...", help=".npz files whose arrays are named after the model's pm.Data.")],
+    out: Annotated[Path, typer.Option(help="Directory for the fits: DIR/<data file stem>.nc (created if missing).")],
+    scheduler: Annotated[Optional[str], typer.Option(help="Spread the fits over Dask: a scheduler ADDRESS, or 'local' for a LocalCluster.")] = None,
+    workers: Annotated[Optional[int], typer.Option(help="Worker processes of --scheduler local (default 2).")] = None,
+    draws: Annotated[int, typer.Option(help="Posterior draws per chain.")] = 1000,
+    tune: Annotated[int, typer.Option(help="Tuning (warmup) draws per chain.")] = 1000,
+    chains: Annotated[int, typer.Option(help="Number of chains per fit.")] = 4,
+    seed: Annotated[Optional[int], typer.Option(help="Random seed (each data file gets its own seed from it and its position).")] = None,
+    passes: Annotated[str, typer.Option(help=PASSES_HELP)] = "all",
+    progress: Annotated[bool, typer.Option(help="Show compile stages and a progress bar over the fits.")] = True,
+):
+    """Fit MODEL once per DATA file from one compile; each fit is written atomically to --out.
+
+    A rerun skips the fits already written (resume). Failed datasets are listed at the end and make
+    the exit code 1; the other fits are written all the same. Ctrl-C keeps the fits written so far.
+    """
+    from pmfast.many import FitError, fit_many, seeds
+
+    _positive(draws=draws, chains=chains, workers=workers)
+    if tune < 0:
+        fail(f"--tune must be non-negative, got {tune}")
+    missing = [str(p) for p in data if not p.is_file()]
+    if missing:
+        fail(f"data file{'s' if len(missing) > 1 else ''} not found: {', '.join(missing)}")
+    stems = [p.stem for p in data]
+    repeated = sorted({s for s in stems if stems.count(s) > 1})
+    if repeated:
+        fail(f"data files must have distinct names (each fit is written to DIR/<stem>.nc); repeated: {', '.join(repeated)}")
+    if out.exists() and not out.is_dir():
+        fail(f"--out is not a directory: {out}")
+    _check_passes(passes)
+    console = _console()
+    with console.status(f"loading {model} …"):
+        m, initial_point = _load_checked(model)
+    out.mkdir(parents=True, exist_ok=True)
+    all_seeds = seeds(seed, len(data))
+    todo = [i for i, p in enumerate(data) if not (out / f"{p.stem}.nc").is_file()]
+    skipped = len(data) - len(todo)
+    if skipped:
+        console.print(f"{skipped} of {len(data)} fits already in {out}: skipped")
+    failures: dict[int, str] = {}
+    datasets, order = [], []
+    for i in todo:
+        try:
+            datasets.append(load_dataset(data[i]))
+            order.append(i)
+        except Exception as exc:
+            failures[i] = f"cannot read it: {one_line(exc)}"
+    written = []
+
+    def write(k, result):
+        i = order[k]
+        if isinstance(result, FitError):
+            failures[i] = result.reason
+            return
+        result.attrs["pmfast_dataset"] = i
+        result.attrs["pmfast_data_file"] = data[i].name
+        write_netcdf(result, out / f"{data[i].stem}.nc")
+        written.append(i)
+
+    kwargs = {"initial_points": initial_point} if initial_point is not None else {}
+    with _cluster_client(scheduler, workers) as client:
+        if client is not None:
+            console.print(f"Dask: {len(client.nthreads())} workers at {client.scheduler_info()['address']}")
+        results = fit_many(
+            m, datasets, client=client, draws=draws, tune=tune, chains=chains, seed=[all_seeds[i] for i in order],
+            passes=passes, progress=progress, on_result=write, **kwargs,
+        )
+        interrupted = any(isinstance(r, FitError) and r.reason == "not fitted: interrupted" for r in results)
+    console.print(f"wrote {len(written)} fit{'s' if len(written) != 1 else ''} to {out}" + (f" ({skipped} already there)" if skipped else ""))
+    if failures:
+        console.print(f"[red]{len(failures)} failed[/]:")
+        for i in sorted(failures):
+            console.print(f"  {data[i].name}: {failures[i]}", soft_wrap=True)
+    if interrupted:
+        console.print("[yellow]interrupted[/]: rerun the same command to fit the rest")
+        raise typer.Exit(130)
+    if failures:
+        raise typer.Exit(1)
 
 
 @app.command("models")

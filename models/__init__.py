@@ -26,6 +26,7 @@ ZOO: dict[str, str] = {
     "marginal_gp": "marginal_gp",
     "gaussian_mixture": "gaussian_mixture",
     "lkj_mvnormal": "lkj_mvnormal",
+    "radon_data": "radon_data",
 }
 
 DEFAULT = "radon_intercept"

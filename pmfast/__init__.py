@@ -20,6 +20,8 @@ _LAZY = {
     "disable": "pmfast.mode",
     "enabled": "pmfast.mode",
     "is_enabled": "pmfast.mode",
+    "fit_many": "pmfast.many",
+    "FitError": "pmfast.many",
     "fired": "pmfast.passes.registry",
     "UnknownPassError": "pmfast.passes.registry",
 }

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_FUNCTION = "build_model"
+#: Module names under which model files are imported (not importable elsewhere, e.g. on Dask workers).
+USER_MODULE_PREFIX = "_pmfast_user_"
 
 
 class LoadError(ValueError):
@@ -69,7 +71,7 @@ def _failed(what, exc) -> LoadError:
 
 
 def _import_file(path: Path):
-    name = f"_pmfast_user_{path.stem}_{abs(hash(str(path.resolve())))}"
+    name = f"{USER_MODULE_PREFIX}{path.stem}_{abs(hash(str(path.resolve())))}"
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
         raise LoadError(f"cannot import {path}: not a Python file")

@@ -63,11 +63,11 @@ def test_help_is_fast_and_lazy():
     proc = subprocess.run([sys.executable, "-m", "pmfast", "--help"], capture_output=True, text=True)
     assert proc.returncode == 0
     assert time.perf_counter() - t0 < 10
-    for command in ("sample", "bench", "inspect", "models"):
+    for command in ("sample", "bench", "inspect", "models", "fit-many"):
         assert command in proc.stdout
 
 
-@pytest.mark.parametrize("command", ["sample", "bench", "inspect", "models"])
+@pytest.mark.parametrize("command", ["sample", "bench", "inspect", "models", "fit-many"])
 def test_command_help(command):
     result = invoke(command, "--help")
     assert result.exit_code == 0

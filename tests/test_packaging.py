@@ -36,3 +36,12 @@ def test_wheel_has_one_top_level_package(wheel):
 def test_no_top_level_models_or_cli_from_a_neutral_directory(tmp_path):
     code = "import importlib.util as u; assert u.find_spec('models') is None and u.find_spec('cli') is None"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=tmp_path)
+
+
+def test_wheel_has_every_source_module(wheel):
+    """pyproject.toml lists pmfast's packages by hand (cli/ and models/ are mapped): none may be left out."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sources = {f"pmfast/{p.relative_to(ROOT / 'pmfast').as_posix()}" for p in (ROOT / "pmfast").rglob("*.py")}
+    for folder in ("cli", "models"):
+        sources |= {f"pmfast/{folder}/{p.relative_to(ROOT / folder).as_posix()}" for p in (ROOT / folder).rglob("*.py")}
+    assert sources - names == set()
