@@ -114,6 +114,30 @@ def test_non_finite_logp_at_the_start():
     assert isinstance(results[1], FitError) and "logp is not finite" in results[1].reason
 
 
+def test_deterministics_sized_by_the_data():
+    import pymc as pm
+
+    with pm.Model() as m:
+        x = pm.Data("x", np.linspace(0, 1, 5))
+        b = pm.Normal("b")
+        mu = pm.Deterministic("mu", b * x)
+        pm.Normal("y", mu, 1.0, observed=pm.Data("y_data", np.zeros(5)))
+    data = [{"x": np.ones(n), "y_data": np.zeros(n)} for n in (5, 7)]
+    results = pmfast.fit_many(m, data, progress=False, **FIT)
+    assert not isinstance(results[0], FitError)
+    assert isinstance(results[1], FitError) and "Deterministics" in results[1].reason
+
+
+def test_ctrl_c_keeps_the_fits_done(compiled):
+    def interrupt_after_two(index, result):
+        if index == 1:
+            raise KeyboardInterrupt
+
+    results = pmfast.fit_many(compiled, [dataset(s) for s in range(4)], progress=False, on_result=interrupt_after_two, **FIT)
+    assert [isinstance(r, FitError) for r in results] == [False, False, True, True]
+    assert results[2].reason == "not fitted: interrupted"
+
+
 @pytest.mark.parametrize(
     "kwargs, message",
     [({"errors": "ignore"}, "errors"), ({"draws": 0}, "draws"), ({"tune": -1}, "tune"), ({"seed": [1, 2]}, "seed has 2")],

@@ -22,8 +22,10 @@ from pmfast.many.fit import FitError, fit_one
 
 DASK_EXTRA = 'dask is not installed: install pmfast\'s dask extra (pip install "pmfast[dask]") to use a client or --scheduler'
 
-#: Compiled models of this (worker) process, by token.
+#: Compiled models of this (worker) process, by token, most recently used last.
 _compiled: dict[str, object] = {}
+#: Compiled models a worker keeps (a long-lived cluster serves many fit_many calls).
+KEEP_COMPILED = 4
 _lock = threading.Lock()
 #: Compiles done in this process, by token (read by tests and reported in attrs).
 compiles: dict[str, int] = {}
@@ -48,6 +50,9 @@ def _compiled_model(blob: bytes, token: str, passes, compile_kwargs: dict):
             model = pickle.loads(blob)
             _compiled[token] = pmfast.compile(model, passes=passes, **compile_kwargs)
             compiles[token] = compiles.get(token, 0) + 1
+            while len(_compiled) > KEEP_COMPILED:
+                _compiled.pop(next(iter(_compiled)))
+        _compiled[token] = _compiled.pop(token)
         return _compiled[token]
 
 
