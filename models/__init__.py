@@ -26,6 +26,11 @@ ZOO: dict[str, str] = {
     "marginal_gp": "marginal_gp",
     "gaussian_mixture": "gaussian_mixture",
     "lkj_mvnormal": "lkj_mvnormal",
+    "golf_putting": "golf_putting",
+    "logistic_small": "logistic_small",
+    "poisson_small": "poisson_small",
+    "student_t_regression": "student_t_regression",
+    "beta_binomial": "beta_binomial",
 }
 
 DEFAULT = "radon_intercept"
