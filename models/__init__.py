@@ -31,6 +31,7 @@ ZOO: dict[str, str] = {
     "poisson_small": "poisson_small",
     "student_t_regression": "student_t_regression",
     "beta_binomial": "beta_binomial",
+    "hier_var": "hier_var",
 }
 
 DEFAULT = "radon_intercept"

@@ -76,3 +76,19 @@ class NodeRewritePass(PassRewriter):
         if total:
             record(fgraph, self.pass_name, total)
         return total
+
+
+def record_nodes_added(fgraph, pass_name: str, n: int) -> None:
+    """Note that ``pass_name``'s replacements changed the graph's node count by ``n`` (read by :func:`nodes_added`)."""
+    counts = fgraph.__dict__.setdefault("_pmfast_nodes_added", {})
+    counts[pass_name] = counts.get(pass_name, 0) + n
+
+
+def nodes_added(obj) -> dict[str, int]:
+    """Net nodes each pass reported adding to a compiled function's (or FunctionGraph's) graph.
+
+    Only passes that add nodes by design report (``wide_split``: narrow pieces
+    instead of one wide node); a rewrite that merely adds nodes has no allowance.
+    """
+    fgraph = obj.maker.fgraph if hasattr(obj, "maker") else obj
+    return dict(getattr(fgraph, "_pmfast_nodes_added", {}))

@@ -54,7 +54,7 @@ import math
 
 
 from pmfast.passes.registry import record, register_pass
-from pmfast.passes.rewriting import PassRewriter
+from pmfast.passes.rewriting import PassRewriter, record_nodes_added
 
 _log = logging.getLogger(__name__)
 
@@ -575,7 +575,21 @@ def split_check_and_raise(fgraph, node):
     return [cur]
 
 
-SPLITTERS = (split_assoc_elemwise, split_composite, split_join, split_make_vector, split_check_and_raise)
+def loop_composite(fgraph, node):
+    """A wide Composite without gathered inputs → one :class:`~pmfast.passes.wide_loop.WideLoop` (the fused loop kept)."""
+    from pmfast.passes.wide_loop import wide_loop
+
+    return wide_loop(fgraph, node)
+
+
+SPLITTERS = (
+    split_assoc_elemwise,
+    loop_composite,
+    split_composite,
+    split_join,
+    split_make_vector,
+    split_check_and_raise,
+)
 
 
 def split_node(fgraph, node):
@@ -618,6 +632,7 @@ class WideSplit(PassRewriter):
 
     def apply(self, fgraph):
         n = 0
+        before = len(fgraph.apply_nodes)
         for node in list(fgraph.toposort()):
             if node not in fgraph.apply_nodes:
                 continue
@@ -626,6 +641,7 @@ class WideSplit(PassRewriter):
             n += self.attempt(fgraph, lambda: _changed(node, split_node(fgraph, node)), node)
         if n:
             record(fgraph, PASS_NAME, n)
+            record_nodes_added(fgraph, PASS_NAME, len(fgraph.apply_nodes) - before)
         return n
 
 
