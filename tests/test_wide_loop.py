@@ -104,7 +104,7 @@ def test_scalar_composite_runs_as_one_loop():
 
 
 @functools.cache
-def _vector_case(n_scalars: int, n_arrays: int, ndim: int):
+def _vector_case(n_scalars: int, n_arrays: int, ndim: int, n_out: int = 2):
     scalars = [pt.dscalar(f"s{i}") for i in range(n_scalars)]
     arrays = [pt.tensor(f"arr{i}", dtype="float64", shape=(None,) * ndim) for i in range(n_arrays)]
     row = pt.tensor("row", dtype="float64", shape=(1,) * (ndim - 1) + (None,))  # broadcast on the leading axes
@@ -112,14 +112,14 @@ def _vector_case(n_scalars: int, n_arrays: int, ndim: int):
     for k, s in enumerate(scalars):
         a = arrays[k % n_arrays]
         acc = acc * pt.tanh(s) + pt.exp(a * s) if k % 2 else acc + s * a
-    outs = [acc, pt.sqr(acc) + scalars[0]]
+    outs = [acc, pt.sqr(acc) + scalars[0]][:n_out]
     inputs = [*scalars, *arrays, row]
     return inputs, outs, _numba(inputs, outs, "wide_split"), _numba(inputs, outs, "none")
 
 
-@pytest.mark.parametrize("ndim", [1, 2])
-def test_array_composite_with_packed_invariants(ndim):
-    inputs, outs, fast, stock = _vector_case(40, 5, ndim)
+@pytest.mark.parametrize("ndim, n_out", [(1, 2), (2, 2), (1, 1)])
+def test_array_composite_with_packed_invariants(ndim, n_out):
+    inputs, outs, fast, stock = _vector_case(40, 5, ndim, n_out)
     (loop,) = _loops(fast)
     # every invariant (the 40 scalars, their tanh) arrives packed; the 5 arrays and the row are passed
     assert sum(w[0] == "pack" for w in loop.op.layout) >= 40
@@ -129,7 +129,7 @@ def test_array_composite_with_packed_invariants(ndim):
     shape = (3, 4)[-ndim:] if ndim == 2 else (5,)
     vals = [np.float64(v) for v in rng.normal(size=40) * 0.3]
     vals += [rng.normal(size=shape) for _ in range(5)] + [rng.normal(size=(1,) * (ndim - 1) + shape[-1:])]
-    for a, b in zip(fast(*vals), stock(*vals), strict=True):
+    for a, b in zip(fast(*vals), stock(*vals), strict=True):  # a list, also of one output
         np.testing.assert_allclose(a, b, rtol=1e-14)
     # mismatched lengths: an error, as stock's Elemwise raises
     bad = list(vals)

@@ -316,9 +316,11 @@ def loop_source(op: WideLoop, in_types, plan: Plan, func_name: str = "wide_loop"
     for k, r in enumerate(plan.results):
         lines.append(f"{ind}out{k}[{where}] = {name(r)}")
     outs = [f"out{k}" for k in range(len(op.out_types))]
-    chunks = [outs[i : i + LIMIT] for i in range(0, len(outs), LIMIT)]
-    ret = " + ".join("(" + ", ".join(c) + ",)" for c in chunks)
-    lines.append(f"    return {ret}")
+    if len(outs) == 1:  # the graph function assigns a single output as is
+        lines.append("    return out0")
+    else:
+        chunks = [outs[i : i + LIMIT] for i in range(0, len(outs), LIMIT)]
+        lines.append("    return " + " + ".join("(" + ", ".join(c) + ",)" for c in chunks))
     return "\n".join(lines) + "\n"
 
 
