@@ -12,10 +12,16 @@ implementations on top. This pass rewrites the wide nodes into narrow ones:
   most :data:`CHUNK` (weighted) operands each. Chunks are as equal as possible
   and contiguous, so sibling nodes have the same input types: the same numba
   signature and cache key, compiled once and then loaded from numba's cache.
-* **Composite Elemwise** (built by fusion) whose inner graph is one wide
-  scalar Add/Mul over operand sub-expressions that nothing else uses → the
-  operands are summed (multiplied) in chunk Composites of at most ``CHUNK``
-  outer inputs, and the Composite keeps one input per chunk.
+* **Composite Elemwise** (built by fusion) without gathered inputs → one
+  :class:`~pmfast.passes.wide_loop.WideLoop`: the same single loop, its
+  scalar function cut into ≤ 24-wide stages whose values stay in registers,
+  loop invariants packed into one array per dtype (``pmfast/passes/wide_loop.py``).
+* **Composite Elemwise** that WideLoop declines (gathered inputs, which
+  ``indexed_elemwise`` fuses into the pieces; more than 24 arrays) and whose
+  inner graph is one wide scalar Add/Mul over operand sub-expressions that
+  nothing else uses → the operands are summed (multiplied) in chunk
+  Composites of at most ``CHUNK`` outer inputs, and the Composite keeps one
+  input per chunk.
 * **Join** with more than :data:`MAX_ARITY` inputs (axis included; nutpie's gradient is one
   Join of one raveled gradient per free variable) → one ``AllocEmpty`` buffer
   and a chain of ``set_subtensor`` writes, one per input; stock
