@@ -11,11 +11,22 @@ logp + gradient at the initial point for parity.
     PYTHONPATH=. python bench/wide_split.py                       # everything (≈ 17 min here, ~4.3 GB peak)
     PYTHONPATH=. python bench/wide_split.py --wide 40 --many 15,30 # a quick subset
     PYTHONPATH=. python bench/wide_split.py --wide 80,160 --many 15,30,60 --json out.json
+    OPENBLAS_NUM_THREADS=1 PYTHONPATH=. python bench/wide_split.py --wide "" --many "" --var 10 --linker-eval
+
+``--linker-eval`` adds, per model, one process timing three kernels alternately
+on the CPU clock: stock, pmfast, and pmfast with the linker's ``optnone``
+threshold (``pmfast.linker.OPTNONE_MIN_NODES``) lifted — how much of an eval
+difference is the graph and how much the linker. Set
+``OPENBLAS_NUM_THREADS=1`` for models with matrix ops (``hier_var``): with
+OpenBLAS's threads on a loaded 2-core machine, the timing thread's CPU clock
+charges their spin-waits (62 ms instead of 80 µs per call measured).
 
 Models: ``wide_additive`` (zoo; n separate (8, 20) blocks gathered and added
-into a categorical likelihood) and ``many_vars`` (defined here: k separate
+into a categorical likelihood), ``many_vars`` (defined here: k separate
 free variables of shape (4,), each with its own normal likelihood: a k-way
-gradient Join and a wide logp sum).
+gradient Join and a wide logp sum) and ``hier_var`` (zoo; a hierarchical VAR
+over n countries whose logp and gradient fuse into 0-d Composites of
+~12n inputs: ``WideLoop``).
 """
 
 from __future__ import annotations
@@ -54,7 +65,49 @@ def build(model_name: str, size: int):
         return models.load("wide_additive")(n=size, n_obs=2000)
     if model_name == "many_vars":
         return many_vars(size)
+    if model_name == "hier_var":
+        from pmfast import models
+
+        return models.load("hier_var")(n_groups=size)
     raise ValueError(model_name)
+
+
+def linker_eval(model_name: str, size: int, repeats: int) -> dict:
+    """Eval µs of stock, pmfast and pmfast without the linker's optnone, alternating in this process (CPU clock)."""
+    import pmfast
+    import pmfast.linker
+    from pmfast.bench import time_calls
+
+    model = build(model_name, size)
+    fns = {}
+    for label, passes, optnone_min in (
+        ("stock", "none", None),
+        ("pmfast", PASSES, None),
+        ("pmfast, linker optnone off", PASSES, 10**9),
+    ):
+        saved = pmfast.linker.OPTNONE_MIN_NODES
+        if optnone_min is not None:
+            pmfast.linker.OPTNONE_MIN_NODES = optnone_min
+        try:
+            fn, x0 = pmfast.logp_dlogp_function(model, passes)
+            args = pmfast.kernel_args(fn, x0)
+            fn.vm.jit_fn(*args)  # compile now, with the threshold in force
+        finally:
+            pmfast.linker.OPTNONE_MIN_NODES = saved
+        fns[label] = (fn.vm.jit_fn, args, len(fn.maker.fgraph.apply_nodes))
+    times = {label: [] for label in fns}
+    for _ in range(repeats):
+        for label, (jit_fn, args, _) in fns.items():
+            times[label].append(time_calls(jit_fn, args, repeats=1)[0][0])
+    med = {label: statistics.median(t) for label, t in times.items()}
+    return {
+        "model": model_name,
+        "size": size,
+        "eval_us": med,
+        "eval_us_repeats": times,
+        "nodes": {label: f[2] for label, f in fns.items()},
+        "ratios": {label: med[label] / med["stock"] for label in med},
+    }
 
 
 def worker(model_name: str, size: int, passes: str, repeats: int, out_path: str) -> None:
@@ -150,18 +203,33 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--wide", default="80,160", help="wide_additive sizes n (comma list; empty to skip)")
     ap.add_argument("--many", default="15,30,60", help="many_vars sizes k (comma list; empty to skip)")
+    ap.add_argument("--var", default="", help="hier_var sizes n_groups (comma list; empty to skip)")
     ap.add_argument("--repeats", type=int, default=7)
+    ap.add_argument("--linker-eval", action="store_true", help="also time stock / pmfast / pmfast without optnone alternately")
+    ap.add_argument("--no-compile", action="store_true", help="skip the cold per-side compile runs")
     ap.add_argument("--json", default=None, help="write all results here")
     ns = ap.parse_args(argv)
-    jobs = [("many_vars", int(k)) for k in ns.many.split(",") if k] + [
-        ("wide_additive", int(n)) for n in ns.wide.split(",") if n
-    ]
+    jobs = (
+        [("many_vars", int(k)) for k in ns.many.split(",") if k]
+        + [("wide_additive", int(n)) for n in ns.wide.split(",") if n]
+        + [("hier_var", int(n)) for n in ns.var.split(",") if n]
+    )
+    if ns.linker_eval:
+        for model_name, size in jobs:
+            r = linker_eval(model_name, size, ns.repeats)
+            print(
+                f"{model_name:<14}{size:>5} | eval µs (CPU clock, alternating): "
+                + ", ".join(f"{k} {v:.1f} ({r['ratios'][k]:.3f}×, {r['nodes'][k]} nodes)" for k, v in r["eval_us"].items()),
+                flush=True,
+            )
+        if ns.no_compile:
+            return 0
     results = []
     for model_name, size in jobs:
         r = compare(model_name, size, ns.repeats)
         results.append(r)
         print(show(r), flush=True)
-    for name in ("wide_additive", "many_vars"):
+    for name in ("wide_additive", "many_vars", "hier_var"):
         rs = [r for r in results if r["model"] == name]
         for a, b in zip(rs, rs[1:]):
             for side in ("stock", "pmfast"):

@@ -27,6 +27,12 @@ ZOO: dict[str, str] = {
     "gaussian_mixture": "gaussian_mixture",
     "lkj_mvnormal": "lkj_mvnormal",
     "radon_data": "radon_data",
+    "golf_putting": "golf_putting",
+    "logistic_small": "logistic_small",
+    "poisson_small": "poisson_small",
+    "student_t_regression": "student_t_regression",
+    "beta_binomial": "beta_binomial",
+    "hier_var": "hier_var",
 }
 
 DEFAULT = "radon_intercept"

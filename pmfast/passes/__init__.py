@@ -13,10 +13,12 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
     48     add_mul_fusion    (flattens Add/Mul: anything split earlier is undone)
   * 48.5   indexed_elemwise  sum(switch(c, x, -inf)) -> switch(c, sum(x), -inf) for a
                              loop-invariant c (pymc's parameter checks), so fusion can
-                             put the checks and the terms they guard in one Composite;
+                             put the checks and the terms they guard in one Composite
+                             (only where it adds no node or a gather loop pays for it);
                              sigmoid(x) >= 0 / <= 1 -> ~isnan(x)
     49     elemwise_fusion   (builds the Composites the next passes work on)
-  * 49.15  wide_split        wide Add/Mul/Composite/Join/… into ≤ 30-argument pieces
+  * 49.15  wide_split        wide Add/Mul/Join/… into ≤ 30-argument pieces; a wide
+                             Composite as one WideLoop (≤ 24-wide stages, one loop)
   * 49.18  indexed_elemwise  sibling Elemwise nodes reading the same gather merged
                              (capped below wide_split's chunk size)
   * 49.2   indexed_elemwise  gathers + Composite + scatters (+ Sum) as one loop

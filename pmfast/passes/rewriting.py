@@ -36,3 +36,59 @@ class PassRewriter(GraphRewriter):
         except Exception:
             logging.getLogger(type(self).__module__).debug("%s: declined %s", self.reason, subject, exc_info=True)
             return False
+
+
+class NodeRewritePass(PassRewriter):
+    """Apply ``rewrite(fgraph, node) -> [new outputs] | None`` to the nodes of a graph until none changes.
+
+    Each round walks a snapshot of the toposort, offering every node whose op
+    is an instance of ``op_types``; successful rewrites are counted as firings
+    of ``pass_name`` (:func:`pmfast.passes.registry.record`). Rounds repeat
+    while some rewrite applied (a rewrite's output may hold the pattern
+    again, e.g. nested switches), at most ``max_rounds`` times.
+    """
+
+    def __init__(self, rewrite, op_types, pass_name: str, max_rounds: int = 8):
+        super().__init__()
+        self.rewrite = rewrite
+        self.op_types = op_types
+        self.pass_name = pass_name
+        self.max_rounds = max_rounds
+        self.reason = f"pmfast.{pass_name}.{rewrite.__name__}"
+        self.__name__ = rewrite.__name__
+
+    def _pairs(self, fgraph, node):
+        new = self.rewrite(fgraph, node)
+        return None if new is None else list(zip(node.outputs, new, strict=True))
+
+    def apply(self, fgraph):
+        from pmfast.passes.registry import record
+
+        total = 0
+        for _ in range(self.max_rounds):
+            n = 0
+            for node in list(fgraph.toposort()):
+                if node in fgraph.apply_nodes and isinstance(node.op, self.op_types):
+                    n += self.attempt(fgraph, lambda: self._pairs(fgraph, node), node)
+            total += n
+            if not n:
+                break
+        if total:
+            record(fgraph, self.pass_name, total)
+        return total
+
+
+def record_nodes_added(fgraph, pass_name: str, n: int) -> None:
+    """Note that ``pass_name``'s replacements changed the graph's node count by ``n`` (read by :func:`nodes_added`)."""
+    counts = fgraph.__dict__.setdefault("_pmfast_nodes_added", {})
+    counts[pass_name] = counts.get(pass_name, 0) + n
+
+
+def nodes_added(obj) -> dict[str, int]:
+    """Net nodes each pass reported adding to a compiled function's (or FunctionGraph's) graph.
+
+    Only passes that add nodes by design report (``wide_split``: narrow pieces
+    instead of one wide node); a rewrite that merely adds nodes has no allowance.
+    """
+    fgraph = obj.maker.fgraph if hasattr(obj, "maker") else obj
+    return dict(getattr(fgraph, "_pmfast_nodes_added", {}))

@@ -12,10 +12,16 @@ implementations on top. This pass rewrites the wide nodes into narrow ones:
   most :data:`CHUNK` (weighted) operands each. Chunks are as equal as possible
   and contiguous, so sibling nodes have the same input types: the same numba
   signature and cache key, compiled once and then loaded from numba's cache.
-* **Composite Elemwise** (built by fusion) whose inner graph is one wide
-  scalar Add/Mul over operand sub-expressions that nothing else uses → the
-  operands are summed (multiplied) in chunk Composites of at most ``CHUNK``
-  outer inputs, and the Composite keeps one input per chunk.
+* **Composite Elemwise** (built by fusion) without gathered inputs → one
+  :class:`~pmfast.passes.wide_loop.WideLoop`: the same single loop, its
+  scalar function cut into ≤ 24-wide stages whose values stay in registers,
+  loop invariants packed into one array per dtype (``pmfast/passes/wide_loop.py``).
+* **Composite Elemwise** that WideLoop declines (gathered inputs, which
+  ``indexed_elemwise`` fuses into the pieces; more than 24 arrays) and whose
+  inner graph is one wide scalar Add/Mul over operand sub-expressions that
+  nothing else uses → the operands are summed (multiplied) in chunk
+  Composites of at most ``CHUNK`` outer inputs, and the Composite keeps one
+  input per chunk.
 * **Join** with more than :data:`MAX_ARITY` inputs (axis included; nutpie's gradient is one
   Join of one raveled gradient per free variable) → one ``AllocEmpty`` buffer
   and a chain of ``set_subtensor`` writes, one per input; stock
@@ -54,7 +60,7 @@ import math
 
 
 from pmfast.passes.registry import record, register_pass
-from pmfast.passes.rewriting import PassRewriter
+from pmfast.passes.rewriting import PassRewriter, record_nodes_added
 
 _log = logging.getLogger(__name__)
 
@@ -575,7 +581,21 @@ def split_check_and_raise(fgraph, node):
     return [cur]
 
 
-SPLITTERS = (split_assoc_elemwise, split_composite, split_join, split_make_vector, split_check_and_raise)
+def loop_composite(fgraph, node):
+    """A wide Composite without gathered inputs → one :class:`~pmfast.passes.wide_loop.WideLoop` (the fused loop kept)."""
+    from pmfast.passes.wide_loop import wide_loop
+
+    return wide_loop(fgraph, node)
+
+
+SPLITTERS = (
+    split_assoc_elemwise,
+    loop_composite,
+    split_composite,
+    split_join,
+    split_make_vector,
+    split_check_and_raise,
+)
 
 
 def split_node(fgraph, node):
@@ -618,6 +638,7 @@ class WideSplit(PassRewriter):
 
     def apply(self, fgraph):
         n = 0
+        before = len(fgraph.apply_nodes)
         for node in list(fgraph.toposort()):
             if node not in fgraph.apply_nodes:
                 continue
@@ -626,6 +647,7 @@ class WideSplit(PassRewriter):
             n += self.attempt(fgraph, lambda: _changed(node, split_node(fgraph, node)), node)
         if n:
             record(fgraph, PASS_NAME, n)
+            record_nodes_added(fgraph, PASS_NAME, len(fgraph.apply_nodes) - before)
         return n
 
 
