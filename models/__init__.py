@@ -26,6 +26,9 @@ ZOO: dict[str, str] = {
     "marginal_gp": "marginal_gp",
     "gaussian_mixture": "gaussian_mixture",
     "lkj_mvnormal": "lkj_mvnormal",
+    "bradley_terry_np": "bradley_terry_np",
+    "radon_intercept_np": "radon_intercept_np",
+    "irt_2pl_np": "irt_2pl_np",
 }
 
 DEFAULT = "radon_intercept"
