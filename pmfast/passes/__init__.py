@@ -19,6 +19,8 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
   * 49.15  wide_split        wide Add/Mul/Composite/Join/… into ≤ 30-argument pieces
   * 49.18  indexed_elemwise  sibling Elemwise nodes reading the same gather merged
                              (capped below wide_split's chunk size)
+  * 49.19  shared_math       sigmoid/softplus of x and -x in one Composite from one
+                             exp(-|x|); after every merge, before the loop bodies
   * 49.2   indexed_elemwise  gathers + Composite + scatters (+ Sum) as one loop
   * 49.22  indexed_elemwise  left-over scatter-adds of one y as one identity loop
   * 49.25  softmax_rows      last-axis Softmax / LogSoftmax of one tensor as one row loop

@@ -44,7 +44,8 @@ from hashlib import sha256
 
 import numpy as np
 
-from pmfast.loops.codegen import LAZY_VERSION, generate_source, lazy_composite_source, source_key
+from pmfast.loops.body import BODY_VERSION, op_body
+from pmfast.loops.codegen import generate_source, jitted_wrap_index, source_key
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
 from pmfast.passes.lengths import EqualLengths
 from pmfast.passes.registry import record, register_pass
@@ -148,13 +149,7 @@ class IndexedElemwise(Op):
         return out
 
     def clone_inplace(self, buffers) -> IndexedElemwise:
-        loop = IndexedLoop(
-            self.loop.scalar_op,
-            self.loop.reads,
-            self.loop.writes,
-            tuple(sorted(set(self.loop.inplace) | set(buffers))),
-            ndim=self.loop.ndim,
-        )
+        loop = replace(self.loop, inplace=tuple(sorted(set(self.loop.inplace) | set(buffers))))
         return IndexedElemwise(loop, self.out_types)
 
     def __str__(self) -> str:
@@ -173,27 +168,14 @@ try:
     )
     from pytensor.scalar.basic import Composite, get_scalar_type
 
-    def lazy_scalar_fn(scalar_op):
-        """A numba function for the Composite ``scalar_op`` whose expensive Switch
-        branches are evaluated only when taken (stock evaluates both), or ``None``.
-
-        Every inner node is still computed by its stock numba function; only
-        the order and the skipping of unused branches differ, so the values
-        are the same bit for bit.
-        """
-        if not LAZY_SWITCH or not isinstance(scalar_op, Composite):
-            return None
-        res = lazy_composite_source(scalar_op.fgraph, func_name="lazy_scalar")
-        if res is None:
-            return None
-        src, nodes, consts = res
-        env = {"np": np}
-        for k, n in enumerate(nodes):
-            env[f"f{k}"], _ = numba_funcify_ensure_cache(n.op, node=n)
-        for k, c in enumerate(consts):
-            env[f"c{k}"] = np.dtype(c.type.dtype).type(c.data)
-        fn = compile_numba_function_src(src, "lazy_scalar", env, write_to_disk=True)
-        return numba_basic.numba_njit(fn)
+    def loop_body(loop, node):
+        """The loop's scalar body as statements (:func:`pmfast.loops.body.op_body`) and their
+        globals, or ``None`` (then the loop calls the stock scalar function)."""
+        in_types = [get_scalar_type(dtype=node.inputs[r.array].type.dtype) for r in loop.reads]
+        nout = getattr(loop.scalar_op, "nout", 1)
+        body = op_body(loop.scalar_op, in_types, [f"o{k}" for k in range(nout)], lazy=LAZY_SWITCH)
+        env = body.env(lambda n: numba_funcify_ensure_cache(n.op, node=n)[0])
+        return body, env
 
     @register_funcify_and_cache_key(IndexedElemwise)
     def numba_funcify_IndexedElemwise(op, node, **kwargs):
@@ -201,26 +183,22 @@ try:
         scalar_inputs = [get_scalar_type(dtype=node.inputs[r.array].type.dtype)() for r in loop.reads]
         scalar_node = loop.scalar_op.make_node(*scalar_inputs)
         scalar_fn, scalar_key = numba_funcify_and_cache_key(loop.scalar_op, node=scalar_node, **kwargs)
-        lazy = None
+        env = {"np": np, "scalar_fn": scalar_fn, "wrap_index": jitted_wrap_index()}
+        body = None
         try:
-            lazy = lazy_scalar_fn(loop.scalar_op)
-        except Exception:  # never fail compilation: keep the stock Composite
-            _log.debug("indexed_elemwise: lazy scalar body declined", exc_info=True)
-        if lazy is not None:
-            scalar_fn = lazy
+            body, body_env = loop_body(loop, node)
+            env.update(body_env)
+        except Exception:  # never fail compilation: call the stock scalar function
+            _log.debug("indexed_elemwise: inline scalar body declined", exc_info=True)
+            body = None
         in_dtypes = [i.type.dtype for i in node.inputs]
         out_dtypes = [o.type.dtype for o in node.outputs]
-        src = generate_source(loop, in_dtypes, out_dtypes, func_name="indexed_elemwise_loop")
-        fn = compile_numba_function_src(
-            src,
-            "indexed_elemwise_loop",
-            {"np": np, "scalar_fn": scalar_fn},
-            write_to_disk=True,
-        )
+        src = generate_source(loop, in_dtypes, out_dtypes, func_name="indexed_elemwise_loop", body=body)
+        fn = compile_numba_function_src(src, "indexed_elemwise_loop", env, write_to_disk=True)
         # The loop itself is compiled without fast-math flags: measured on the
         # seed, pytensor's default set (contract/afn/arcp/nsz...) slows the
         # gather/scatter loop by ~25%, and IEEE order keeps scatters and sums
-        # deterministic. The scalar function keeps pytensor's flags, as in stock.
+        # deterministic. The scalar functions keep pytensor's flags, as in stock.
         jitted = numba_basic.numba_njit(fn, fastmath=False)
         if scalar_key is None:
             key = None
@@ -236,7 +214,7 @@ try:
                         sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
-                        ("lazy", LAZY_VERSION) if lazy is not None else "stock",
+                        ("body", BODY_VERSION, LAZY_SWITCH) if body is not None else "stock",
                     )
                 ).encode()
             ).hexdigest()
@@ -256,8 +234,8 @@ _NUMERIC = "biuf"
 FUSE_SUM = True
 
 #: Evaluate the scalar Composite's Switch branches lazily when a branch owns an
-#: expensive op (``pmfast.loops.codegen.lazy_composite_source``); stock numba
-#: evaluates both. Switch off to measure without it.
+#: expensive op (``pmfast.loops.body.scalar_body``); stock numba evaluates
+#: both. Switch off to measure without it.
 LAZY_SWITCH = True
 
 #: Largest Elemwise ndim fused (one nested loop per dim).
@@ -879,12 +857,52 @@ def _build_fused(fgraph, node, scatters: bool):
     if len(new_inputs) > MAX_ARGS or len(spec_writes) > MAX_ARGS or len(reads) > MAX_ARGS:
         return _TOO_WIDE
     loop = IndexedLoop(op.scalar_op, tuple(reads), tuple(spec_writes), ndim=ndim)
+    loop = replace(loop, bounds=index_bounds(loop, new_inputs), same_lengths=same_lengths(fgraph, loop, new_inputs))
     new_op = IndexedElemwise(loop, out_types)
     new_node = new_op.make_node(*new_inputs)
     for old, new in zip(replaced, new_node.outputs):
         if old.type != new.type:
             return None
     return list(zip(replaced, new_node.outputs)), new_node
+
+
+def index_bounds(loop: IndexedLoop, inputs) -> tuple:
+    """``(position, lo, hi)`` of every constant index array of ``loop`` (checked once per call,
+    never scanned)."""
+    out = []
+    for p in sorted({g.index for _, _, g in loop.gathered()}):
+        v = inputs[p]
+        if isinstance(v, Constant) and np.asarray(v.data).size:
+            data = np.asarray(v.data)
+            out.append((p, int(data.min()), int(data.max())))
+    return tuple(out)
+
+
+def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
+    """Groups of the gathered ``(array, axis)`` pairs of ``loop`` whose lengths are provably equal
+    (same variable, equal static lengths, the ShapeFeature, or the graph-wide :class:`EqualLengths`):
+    a parameter vector and its gradient buffer share one position per index load."""
+    sf = getattr(fgraph, "shape_feature", None)
+    graph = getattr(fgraph, "_pmfast_equal_lengths", None)
+
+    def equal(a, b) -> bool:
+        (va, xa), (vb, xb) = (inputs[a[0]], a[1]), (inputs[b[0]], b[1])
+        if va is vb and xa == xb:
+            return True
+        sa, sb = va.type.shape[xa], vb.type.shape[xb]
+        if sa is not None and sa == sb:
+            return True
+        return _same_shape(sf, va, xa, vb, xb) or (graph is not None and graph.same(va, xa, vb, xb))
+
+    groups: list[list] = []
+    for pair in dict.fromkeys((a, ax) for a, ax, _ in loop.gathered()):
+        for g in groups:
+            if equal(g[0], pair):
+                g.append(pair)
+                break
+        else:
+            groups.append([pair])
+    return tuple(tuple(g) for g in groups if len(g) > 1)
 
 
 def _fused_pairs(fgraph, node):
