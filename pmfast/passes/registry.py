@@ -151,4 +151,5 @@ BUILTIN: list[str] = [
     "pmfast.passes.scatter_loops",
     "pmfast.passes.wide_split",
     "pmfast.passes.softmax_rows",
+    "pmfast.passes.vector_math",
 ]
