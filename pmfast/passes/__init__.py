@@ -24,6 +24,9 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
   * 49.2   indexed_elemwise  gathers + Composite + scatters (+ Sum) as one loop
   * 49.22  indexed_elemwise  left-over scatter-adds of one y as one identity loop
   * 49.25  softmax_rows      last-axis Softmax / LogSoftmax of one tensor as one row loop
+  * 49.3   vector_math       exp/log/log1p/expm1/softplus/sigmoid/erf/erfc/erfcx in every
+                             Elemwise body and fused loop as pmfast.vmath kernels (after
+                             every pass that builds scalar bodies; off: pmfast.vmath.disable())
     49.5   add_destroy_handler
     50.1   local_inplace_setsubtensor (makes wide_split's Join buffer destructive)
     50.5   inplace_elemwise, scan_make_inplace

@@ -152,4 +152,5 @@ BUILTIN: list[str] = [
     "pmfast.passes.wide_split",
     "pmfast.passes.softmax_rows",
     "pmfast.passes.shared_math",
+    "pmfast.passes.vector_math",
 ]
