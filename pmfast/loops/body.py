@@ -197,15 +197,18 @@ class Body:
         return env
 
 
-def scalar_body(fgraph, in_names, out_names, prefix: str = "s_", lazy: bool = True) -> Body:
+def scalar_body(fgraph, in_names, out_names, prefix: str = "s_", lazy: bool = True, lift: bool = True) -> Body:
     """The statements evaluating the scalar graph ``fgraph``: outputs assigned to ``out_names``.
 
-    With ``lazy`` (and no op that may raise), Switches are lifted and expensive branches
-    evaluated only when taken; otherwise every node is evaluated, in topological order.
+    Unless an op may raise: with ``lift``, Switches are lifted; with ``lazy``, expensive
+    branches are evaluated only when taken. Otherwise every node is evaluated, in topological
+    order (Switches are selects: what a vectorized loop needs).
     """
     n_lifted = 0
-    if lazy and not any(_scalar_op_name(n.op) in MAY_RAISE for n in fgraph.apply_nodes):
+    safe = not any(_scalar_op_name(n.op) in MAY_RAISE for n in fgraph.apply_nodes)
+    if lift and safe:
         fgraph, n_lifted = lift_switches(fgraph)
+    if lazy and safe:
         order, context, lazy_nodes = lazy_composite_plan(fgraph)
     else:
         order, context, lazy_nodes = list(fgraph.toposort()), None, set()
@@ -262,7 +265,7 @@ def scalar_body(fgraph, in_names, out_names, prefix: str = "s_", lazy: bool = Tr
     return Body(tuple(lines), tuple(nodes), tuple(consts), prefix, bool(lazy_nodes or n_lifted))
 
 
-def op_body(scalar_op, in_types, out_names, prefix: str = "s_", lazy: bool = True) -> Body:
+def op_body(scalar_op, in_types, out_names, prefix: str = "s_", lazy: bool = True, lift: bool = True) -> Body:
     """:func:`scalar_body` of ``scalar_op`` applied to scalars of ``in_types``: a Composite's
     inner graph, or the single node of any other scalar op."""
     from pytensor.graph.fg import FunctionGraph
@@ -273,7 +276,28 @@ def op_body(scalar_op, in_types, out_names, prefix: str = "s_", lazy: bool = Tru
         node = scalar_op.make_node(*[t() for t in in_types])
         fgraph = FunctionGraph(node.inputs, node.outputs, clone=False)
     in_names = [f"a{k}" for k in range(len(fgraph.inputs))]
-    return scalar_body(fgraph, in_names, out_names, prefix, lazy)
+    return scalar_body(fgraph, in_names, out_names, prefix, lazy, lift)
+
+
+#: Scalar ops whose numba code is branch-free arithmetic LLVM can widen: no libm call, nothing
+#: that raises (besides these, pmfast.vmath's ops).
+VECTOR_SAFE_OPS = (CHEAP_SCALAR_OPS - {"IntDiv"}) | {"IsNan", "IsInf", "Sqrt", "Floor", "Ceil", "Trunc"}
+
+
+def is_vmath(op) -> bool:
+    """Is ``op`` a pmfast.vmath scalar op (a branch-free, inlinable kernel)?"""
+    from pmfast.vmath.ops import VmathOp
+
+    return isinstance(op, VmathOp)
+
+
+def vectorizable(body: Body) -> bool:
+    """Can a loop running ``body`` vectorize: only :data:`VECTOR_SAFE_OPS` and pmfast.vmath ops,
+    and at least one op that computes something (an identity loop gains nothing)?"""
+    names = [_scalar_op_name(n.op) for n in body.nodes]
+    if not all(name in VECTOR_SAFE_OPS or is_vmath(n.op) for name, n in zip(names, body.nodes)):
+        return False
+    return any(name not in ("Identity", "Cast") for name in names)
 
 
 def lazy_composite_source(fgraph, func_name: str = "lazy_scalar"):

@@ -133,6 +133,129 @@ def jitted_wrap_index():
 WRAP_BY_COPY_ITEMSIZE = 4
 
 
+class _Prologue:
+    """What both loop forms share: loop lengths and operand checks, index prechecks and wraps,
+    output allocation, and how each access addresses its array (:meth:`position`)."""
+
+    def __init__(self, loop: IndexedLoop, input_dtypes, output_dtypes):
+        self.loop, self.output_dtypes = loop, output_dtypes
+        self.head: list[str] = []
+        emit = self.head.append
+        for d in range(loop.ndim):
+            _emit_dim(self.head, loop, d)
+        gathered = loop.gathered()
+        self.rep = {}  # (array, axis) -> the representative of its group of proven-equal lengths
+        for group in loop.same_lengths:
+            for pair in group:
+                self.rep[pair] = group[0]
+        for array, ax in dict.fromkeys((a, ax) for a, ax, _ in gathered):
+            r = self.rep.get((array, ax), (array, ax))
+            if r == (array, ax):
+                emit(f"size{array}_{ax} = in{array}.shape[{ax}]")
+            else:
+                emit(f"if in{array}.shape[{ax}] != size{r[0]}_{r[1]}:")
+                emit(_LEN_ERR)
+        targets: dict = {}  # index position -> the lengths it addresses (one per group)
+        for array, ax, g in gathered:
+            r = self.rep.get((array, ax), (array, ax))
+            targets.setdefault(g.index, {})[r] = f"size{r[0]}_{r[1]}"
+        known = {p: (lo, hi) for p, lo, hi in loop.bounds}
+        self.wrap = {}  # index position -> None (never negative), "copy" or "select"
+        self.copies: list[str] = []  # the wrapped-copy variables w<k>_<array>_<axis>
+        negative = []  # conditions under which some copy is a wrapped one
+        self.sizes = sorted({v for sizes in targets.values() for v in sizes.values()})
+        for k, sizes in targets.items():
+            ndim = len(next(g for _, _, g in gathered if g.index == k).dims)
+            neg = _precheck(self.head, k, ndim, _index_kind(input_dtypes[k]), known.get(k), list(sizes.values()))
+            wide = np.dtype(input_dtypes[k]).itemsize >= WRAP_BY_COPY_ITEMSIZE
+            self.wrap[k] = None if not neg else "copy" if wide else "select"
+            if self.wrap[k] == "copy":
+                for r, size in sizes.items():
+                    w = f"w{k}_{r[0]}_{r[1]}"
+                    self.copies.append(w)
+                    if k in known:  # a constant holding negative indices
+                        emit(f"{w} = wrap_index(in{k}, {size})")
+                        negative.append("True")
+                        continue
+                    negative.append(f"lo{k} < 0")
+                    emit(f"{w} = in{k}")
+                    emit(f"if lo{k} < 0:")
+                    emit(f"    {w} = wrap_index(in{k}, {size})")
+        #: an expression: some index array held negative indices (the copies differ from the inputs)
+        self.negative = " or ".join(dict.fromkeys(negative)) or "False"
+        shape = "(" + "".join(f"n{d}, " for d in range(loop.ndim)) + ")"
+        self.outs: list[str] = []
+        for k, (w, dt) in enumerate(zip(loop.writes, output_dtypes, strict=True)):
+            if w.mode == STORE:
+                emit(f"out{k} = np.empty({shape}, dtype=np.{np.dtype(dt).name})")
+            elif w.mode in (SUM, ALL, ANY):
+                pass  # accumulators live where the loop runs
+            elif w.buffer in loop.inplace:
+                emit(f"out{k} = in{w.buffer}")
+            else:
+                emit(f"out{k} = in{w.buffer}.copy()")
+            self.outs.append(f"out{k}")
+        self.load_var: dict = {}  # (source, index dims, loose) -> its position, loaded once per row
+
+    def acc_init(self, k: int) -> str:
+        w = self.loop.writes[k]
+        if w.mode == SUM:
+            return f"acc{k} = np.{np.dtype(self.output_dtypes[k]).name}(0)"
+        return f"acc{k} = {w.mode == ALL}"
+
+    def position(self, loads, array: int, ax: int, a, pos=_index_position) -> str:
+        """The position along ``ax`` of ``in{array}`` (statements computing it go to
+        ``loads[level]``): an unsigned integer, so that numba adds no wraparound of its own, and in
+        range (the index arrays were checked before the loop). ``pos(gather)``: the subscripts of
+        the index array at the current loop position."""
+        if a is None:
+            return "0"
+        if not isinstance(a, Gather):
+            return f"i{a}"
+        level = _level(a.loop_dims())
+
+        def load(src: str, cast: str) -> str:
+            key = (src, a.dims, a.loose)
+            if key not in self.load_var:
+                var = self.load_var[key] = f"j{len(self.load_var)}"
+                loads[level].append(f"{var} = np.{cast}({_subscript(src, pos(a))})")
+            return self.load_var[key]
+
+        r = self.rep.get((array, ax), (array, ax))
+        how = self.wrap[a.index]
+        if how is None:
+            return load(f"in{a.index}", "uint64")
+        if how == "copy":
+            return load(f"w{a.index}_{r[0]}_{r[1]}", "uint64")
+        j = load(f"in{a.index}", "int64")
+        key = (f"select{r}", a.dims, a.loose, j)
+        if key not in self.load_var:
+            var = self.load_var[key] = f"p{len(self.load_var)}"
+            loads[level].append(f"{var} = np.uint64({j} + size{r[0]}_{r[1]} if {j} < 0 else {j})")
+        return self.load_var[key]
+
+    def finish(self) -> list[str]:
+        lines = [f"out{k} = np.array(acc{k})" for k, w in enumerate(self.loop.writes) if w.mode in (SUM, ALL, ANY)]
+        outs = self.outs
+        lines.append(f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)")
+        return lines
+
+
+def _call(loop: IndexedLoop, body: Body | None) -> list[str]:
+    """The scalar body: ``body``'s statements, or a call of ``scalar_fn``, computing ``o<k>``."""
+    if body is not None:
+        return list(body.lines)
+    nout = getattr(loop.scalar_op, "nout", 1)
+    call_args = ", ".join(f"a{k}" for k in range(len(loop.reads)))
+    if nout == 1:
+        return [f"o0 = scalar_fn({call_args})"]
+    return [f"({', '.join(f'o{k}' for k in range(nout))},) = scalar_fn({call_args})"]
+
+
+def _def(name: str, args, lines) -> str:
+    return f"def {name}({', '.join(args)}):\n" + "\n".join("    " + line for line in lines) + "\n"
+
+
 def generate_source(
     loop: IndexedLoop,
     input_dtypes,
@@ -140,120 +263,27 @@ def generate_source(
     func_name: str = "indexed_loop",
     body: Body | None = None,
 ) -> str:
-    """Python source of the loop function ``func_name(in0, in1, ...)``.
+    """Python source of the loop function ``func_name(in0, in1, ...)``: the plain form.
 
     One ``for i<d> in range(n<d>)`` per loop dim; every value (index load, read) is computed at
     the outermost level where all loop dims it depends on are bound. ``body``: statements
     computing ``o<k>`` from ``a<k>`` (their globals must be in the function's globals); without
-    it the source calls ``scalar_fn`` (the jitted scalar op). The source expects ``np`` in its
-    globals.
+    it the source calls ``scalar_fn`` (the jitted scalar op). The source expects ``np`` and
+    ``wrap_index`` in its globals.
     """
     nd = loop.ndim
-    args = [f"in{p}" for p in range(len(input_dtypes))]
-    head: list[str] = []
-    emit = head.append
+    pro = _Prologue(loop, input_dtypes, output_dtypes)
     # per nesting level (0: before the loops): index loads, then reads; the body goes innermost
     loads: list[list[str]] = [[] for _ in range(nd + 1)]
     reads: list[list[str]] = [[] for _ in range(nd + 1)]
-    inner: list[str] = []
-
-    for d in range(nd):
-        _emit_dim(head, loop, d)
-
-    gathered = loop.gathered()
-    rep = {}  # (array, axis) -> the representative of its group of proven-equal lengths
-    for group in loop.same_lengths:
-        for pair in group:
-            rep[pair] = group[0]
-    for array, ax in dict.fromkeys((a, ax) for a, ax, _ in gathered):
-        r = rep.get((array, ax), (array, ax))
-        if r == (array, ax):
-            emit(f"size{array}_{ax} = in{array}.shape[{ax}]")
-        else:
-            emit(f"if in{array}.shape[{ax}] != size{r[0]}_{r[1]}:")
-            emit(_LEN_ERR)
-    targets: dict = {}  # index position -> the lengths it addresses (one per group)
-    for array, ax, g in gathered:
-        r = rep.get((array, ax), (array, ax))
-        targets.setdefault(g.index, {})[r] = f"size{r[0]}_{r[1]}"
-    known = {p: (lo, hi) for p, lo, hi in loop.bounds}
-    wrap = {}  # index position -> None (never negative), "copy" or "select"
-    for k, sizes in targets.items():
-        ndim = len(next(g for _, _, g in gathered if g.index == k).dims)
-        neg = _precheck(head, k, ndim, _index_kind(input_dtypes[k]), known.get(k), list(sizes.values()))
-        wrap[k] = None if not neg else "copy" if np.dtype(input_dtypes[k]).itemsize >= WRAP_BY_COPY_ITEMSIZE else "select"
-        if wrap[k] == "copy":
-            for r, size in sizes.items():
-                if k in known:  # a constant holding negative indices
-                    emit(f"w{k}_{r[0]}_{r[1]} = wrap_index(in{k}, {size})")
-                    continue
-                emit(f"w{k}_{r[0]}_{r[1]} = in{k}")
-                emit(f"if lo{k} < 0:")
-                emit(f"    w{k}_{r[0]}_{r[1]} = wrap_index(in{k}, {size})")
-
-    shape = "(" + "".join(f"n{d}, " for d in range(nd)) + ")"
-    outs = []
-    for k, (w, dt) in enumerate(zip(loop.writes, output_dtypes, strict=True)):
-        if w.mode == STORE:
-            emit(f"out{k} = np.empty({shape}, dtype=np.{np.dtype(dt).name})")
-        elif w.mode == SUM:
-            emit(f"acc{k} = np.{np.dtype(dt).name}(0)")
-        elif w.mode in (ALL, ANY):
-            emit(f"acc{k} = {w.mode == ALL}")
-        elif w.buffer in loop.inplace:
-            emit(f"out{k} = in{w.buffer}")
-        else:
-            emit(f"out{k} = in{w.buffer}.copy()")
-        outs.append(f"out{k}")
-
-    load_var: dict = {}  # (source, index dims, loose) -> its position, loaded once per row
-
-    def load(src: str, a: Gather, level: int, cast: str) -> str:
-        key = (src, a.dims, a.loose)
-        if key not in load_var:
-            var = load_var[key] = f"j{len(load_var)}"
-            loads[level].append(f"{var} = np.{cast}({_subscript(src, _index_position(a))})")
-        return load_var[key]
-
-    def position(array: int, ax: int, a) -> str:
-        """The position along ``ax`` of ``in{array}``: an unsigned integer (numba adds no
-        wraparound of its own), in range (the index arrays were checked before the loop)."""
-        if a is None:
-            return "0"
-        if not isinstance(a, Gather):
-            return f"i{a}"
-        level = _level(a.loop_dims())
-        r = rep.get((array, ax), (array, ax))
-        how = wrap[a.index]
-        if how is None:
-            return load(f"in{a.index}", a, level, "uint64")
-        if how == "copy":
-            return load(f"w{a.index}_{r[0]}_{r[1]}", a, level, "uint64")
-        j = load(f"in{a.index}", a, level, "int64")
-        key = (f"select{r}", a.dims, a.loose, j)
-        if key not in load_var:
-            var = load_var[key] = f"p{len(load_var)}"
-            loads[level].append(f"{var} = np.uint64({j} + size{r[0]}_{r[1]} if {j} < 0 else {j})")
-        return load_var[key]
-
     for k, r in enumerate(loop.reads):
-        at = _subscript(f"in{r.array}", [position(r.array, ax, a) for ax, a in enumerate(r.axes)])
+        at = _subscript(f"in{r.array}", [pro.position(loads, r.array, ax, a) for ax, a in enumerate(r.axes)])
         level = _level(r.loop_dims()) if HOIST_INVARIANT_READS else nd
         # a read is placed where its position is known: before the loop when it is
         # invariant, so that LLVM can hoist what the scalar body computes from it
         # (it cannot prove a load inside the loop unaffected by the loop's stores)
         reads[level].append(f"a{k} = {at}")
-
-    nout = getattr(loop.scalar_op, "nout", 1)
-    if body is not None:
-        inner.extend(body.lines)
-    else:
-        call_args = ", ".join(f"a{k}" for k in range(len(loop.reads)))
-        if nout == 1:
-            inner.append(f"o0 = scalar_fn({call_args})")
-        else:
-            inner.append(f"({', '.join(f'o{k}' for k in range(nout))},) = scalar_fn({call_args})")
-
+    inner = _call(loop, body)
     here = [f"i{d}" for d in range(nd)]
     for k, w in enumerate(loop.writes):
         if w.mode == STORE:
@@ -265,24 +295,19 @@ def generate_source(
         elif w.mode == ANY:
             inner.append(f"acc{k} = acc{k} | bool(o{w.output})")
         else:
-            assert w.mode in (INC, SET)
             op = "+=" if w.mode == INC else "="
             for o, axes in w.terms():
-                at = _subscript(f"out{k}", [position(w.buffer, ax, a) for ax, a in enumerate(axes)])
+                at = _subscript(f"out{k}", [pro.position(loads, w.buffer, ax, a) for ax, a in enumerate(axes)])
                 inner.append(f"{at} {op} o{o}")
-
-    lines = head + loads[0] + reads[0]
+    lines = pro.head + [pro.acc_init(k) for k, w in enumerate(loop.writes) if w.mode in (SUM, ALL, ANY)]
+    lines += loads[0] + reads[0]
     ind = ""
     for d in range(nd):
         lines.append(f"{ind}for i{d} in range(n{d}):")
         ind += "    "
         lines.extend(ind + line for line in loads[d + 1] + reads[d + 1])
     lines.extend(ind + line for line in inner)
-    for k, w in enumerate(loop.writes):
-        if w.mode in (SUM, ALL, ANY):
-            lines.append(f"out{k} = np.array(acc{k})")
-    lines.append(f"return {outs[0]}" if len(outs) == 1 else f"return ({', '.join(outs)},)")
-    return f"def {func_name}({', '.join(args)}):\n" + "\n".join("    " + line for line in lines) + "\n"
+    return _def(func_name, [f"in{p}" for p in range(len(input_dtypes))], lines + pro.finish())
 
 
 def _emit_dim(body: list[str], loop: IndexedLoop, d: int) -> None:

@@ -44,7 +44,8 @@ from hashlib import sha256
 
 import numpy as np
 
-from pmfast.loops.body import BODY_VERSION, op_body
+from pmfast.loops.body import BODY_VERSION, is_vmath, op_body, vectorizable
+from pmfast.loops.chunked import CHUNKED_VERSION, chunkable, generate_chunked
 from pmfast.loops.codegen import generate_source, jitted_wrap_index, source_key
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
 from pmfast.passes.lengths import EqualLengths
@@ -166,16 +167,47 @@ try:
         numba_funcify_ensure_cache,
         register_funcify_and_cache_key,
     )
-    from pytensor.scalar.basic import Composite, get_scalar_type
+    from pytensor.scalar.basic import get_scalar_type
 
-    def loop_body(loop, node):
+    from pmfast.loops.stack import stack_array
+
+    def vmath_version() -> str:
+        from pmfast.vmath import VERSION as vmath_key
+
+        return vmath_key
+
+    def _node_fn(node, vector: bool):
+        """A scalar node's numba function: pmfast.vmath's kernel itself (the cache wrapper
+        pytensor puts around it is a call LLVM does not inline) in a vectorized loop, libm (the
+        stock op it subclasses) in a scalar one, where the kernels are slower."""
+        op = node.op
+        if is_vmath(op):
+            from pmfast.vmath import KERNELS
+            from pmfast.vmath.ops import SUBSTITUTES
+
+            if vector:
+                return KERNELS[op.kernel]
+            stock = next(b for b in type(op).__mro__ if b in SUBSTITUTES)
+            op = stock(op.output_types_preference, name=op.name)
+        return numba_funcify_ensure_cache(op, node=node)[0]
+
+    def loop_body(loop, node, vector: bool = False):
         """The loop's scalar body as statements (:func:`pmfast.loops.body.op_body`) and their
-        globals, or ``None`` (then the loop calls the stock scalar function)."""
+        globals. ``vector``: for the chunked form (every Switch a select)."""
         in_types = [get_scalar_type(dtype=node.inputs[r.array].type.dtype) for r in loop.reads]
         nout = getattr(loop.scalar_op, "nout", 1)
-        body = op_body(loop.scalar_op, in_types, [f"o{k}" for k in range(nout)], lazy=LAZY_SWITCH)
-        env = body.env(lambda n: numba_funcify_ensure_cache(n.op, node=n)[0])
-        return body, env
+        outs = [f"o{k}" for k in range(nout)]
+        body = op_body(loop.scalar_op, in_types, outs, lazy=LAZY_SWITCH and not vector)
+        return body, body.env(lambda n: _node_fn(n, vector))
+
+    def loop_form(loop, node):
+        """``("chunked", body, env)`` when the loop can run vectorized, else ``("plain", body, env)``."""
+        if CHUNKED and chunkable(loop):
+            body, env = loop_body(loop, node, vector=True)
+            if vectorizable(body):
+                return "chunked", body, env
+        body, env = loop_body(loop, node)
+        return "plain", body, env
 
     @register_funcify_and_cache_key(IndexedElemwise)
     def numba_funcify_IndexedElemwise(op, node, **kwargs):
@@ -183,22 +215,30 @@ try:
         scalar_inputs = [get_scalar_type(dtype=node.inputs[r.array].type.dtype)() for r in loop.reads]
         scalar_node = loop.scalar_op.make_node(*scalar_inputs)
         scalar_fn, scalar_key = numba_funcify_and_cache_key(loop.scalar_op, node=scalar_node, **kwargs)
-        env = {"np": np, "scalar_fn": scalar_fn, "wrap_index": jitted_wrap_index()}
-        body = None
+        env = {"np": np, "scalar_fn": scalar_fn, "wrap_index": jitted_wrap_index(), "stack_array": stack_array}
+        form, body = "stock", None
         try:
-            body, body_env = loop_body(loop, node)
+            form, body, body_env = loop_form(loop, node)
             env.update(body_env)
         except Exception:  # never fail compilation: call the stock scalar function
             _log.debug("indexed_elemwise: inline scalar body declined", exc_info=True)
-            body = None
+            form, body = "stock", None
         in_dtypes = [i.type.dtype for i in node.inputs]
         out_dtypes = [o.type.dtype for o in node.outputs]
-        src = generate_source(loop, in_dtypes, out_dtypes, func_name="indexed_elemwise_loop", body=body)
-        fn = compile_numba_function_src(src, "indexed_elemwise_loop", env, write_to_disk=True)
-        # The loop itself is compiled without fast-math flags: measured on the
-        # seed, pytensor's default set (contract/afn/arcp/nsz...) slows the
-        # gather/scatter loop by ~25%, and IEEE order keeps scatters and sums
-        # deterministic. The scalar functions keep pytensor's flags, as in stock.
+        name = "indexed_elemwise_loop"
+        # The loops are compiled without fast-math flags: measured on the seed, pytensor's
+        # default set (contract/afn/arcp/nsz...) slows the gather/scatter loop by ~25%, and IEEE
+        # order keeps scatters and sums deterministic. The scalar functions keep their own flags.
+        if form == "chunked":
+            body_dtypes = [o.type.dtype for o in scalar_node.outputs]
+            ksrc, src = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, func_name=name)
+            kfn = compile_numba_function_src(ksrc, f"{name}_kernel", env, write_to_disk=True)
+            env[f"{name}_kernel"] = numba_basic.numba_njit(kfn, fastmath=False, error_model="numpy")
+            src = ksrc + src
+            fn = compile_numba_function_src(src.split(ksrc, 1)[1], name, env, write_to_disk=True)
+        else:
+            src = generate_source(loop, in_dtypes, out_dtypes, func_name=name, body=body)
+            fn = compile_numba_function_src(src, name, env, write_to_disk=True)
         jitted = numba_basic.numba_njit(fn, fastmath=False)
         if scalar_key is None:
             key = None
@@ -214,7 +254,7 @@ try:
                         sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
-                        ("body", BODY_VERSION, LAZY_SWITCH) if body is not None else "stock",
+                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version()),
                     )
                 ).encode()
             ).hexdigest()
@@ -237,6 +277,10 @@ FUSE_SUM = True
 #: expensive op (``pmfast.loops.body.scalar_body``); stock numba evaluates
 #: both. Switch off to measure without it.
 LAZY_SWITCH = True
+
+#: Run 1-d loops whose body vectorizes (branch-free arithmetic and pmfast.vmath's kernels) in
+#: the chunked form (:mod:`pmfast.loops.chunked`). Switch off to measure without it.
+CHUNKED = True
 
 #: Largest Elemwise ndim fused (one nested loop per dim).
 MAX_NDIM = 4
