@@ -271,12 +271,31 @@ def op_body(scalar_op, in_types, out_names, prefix: str = "s_", lazy: bool = Tru
     from pytensor.graph.fg import FunctionGraph
 
     if hasattr(scalar_op, "fgraph"):
-        fgraph = scalar_op.fgraph
+        fgraph = flatten_composites(scalar_op.fgraph)
     else:
         node = scalar_op.make_node(*[t() for t in in_types])
         fgraph = FunctionGraph(node.inputs, node.outputs, clone=False)
     in_names = [f"a{k}" for k in range(len(fgraph.inputs))]
     return scalar_body(fgraph, in_names, out_names, prefix, lazy, lift)
+
+
+def flatten_composites(fgraph):
+    """``fgraph`` with every nested ``Composite`` node replaced by its inner graph (on a clone; the
+    graph itself if there is none): each inner node then becomes a statement of the loop body
+    instead of a call of the nested Composite's function, which LLVM may not inline."""
+    from pytensor.graph.replace import clone_replace
+    from pytensor.scalar.basic import Composite
+
+    if not any(isinstance(n.op, Composite) for n in fgraph.apply_nodes):
+        return fgraph
+    fg = fgraph.clone()
+    while True:
+        nested = next((n for n in fg.toposort() if isinstance(n.op, Composite)), None)
+        if nested is None:
+            return fg
+        inner = nested.op.fgraph
+        outs = clone_replace(inner.outputs, dict(zip(inner.inputs, nested.inputs)))
+        fg.replace_all(list(zip(nested.outputs, outs)), reason="pmfast.flatten_composite")
 
 
 #: Scalar ops whose numba code is branch-free arithmetic LLVM can widen: no libm call, nothing
@@ -292,12 +311,12 @@ def is_vmath(op) -> bool:
 
 
 def vectorizable(body: Body) -> bool:
-    """Can a loop running ``body`` vectorize: only :data:`VECTOR_SAFE_OPS` and pmfast.vmath ops,
-    and at least one op that computes something (an identity loop gains nothing)?"""
-    names = [_scalar_op_name(n.op) for n in body.nodes]
-    if not all(name in VECTOR_SAFE_OPS or is_vmath(n.op) for name, n in zip(names, body.nodes)):
+    """Is a loop running ``body`` worth vectorizing: only :data:`VECTOR_SAFE_OPS` and pmfast.vmath
+    ops, at least one of them a vmath op? (Cheap arithmetic alone gains less from SIMD than the
+    chunked form costs in buffer traffic: radon's 919-row loop 1.07 µs plain, 1.58 µs chunked.)"""
+    if not all(_scalar_op_name(n.op) in VECTOR_SAFE_OPS or is_vmath(n.op) for n in body.nodes):
         return False
-    return any(name not in ("Identity", "Cast") for name in names)
+    return any(is_vmath(n.op) for n in body.nodes)
 
 
 def lazy_composite_source(fgraph, func_name: str = "lazy_scalar"):

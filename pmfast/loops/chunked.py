@@ -17,7 +17,8 @@ an input and its negative-wrapped copy defeats LLVM's alias analysis); the *entr
 checks lengths and indices (:class:`pmfast.loops.codegen._Prologue`, the same checks as the
 plain form), allocates outputs, calls the kernel and wraps the reductions.
 
-Sums are deterministic: lane ``l`` of a chunk adds its rows ``l, l + LANES, ...`` (zero-padded),
+Sums are deterministic: lane ``l`` of a chunk adds its rows ``l, l + LANES, ...`` (zero-padded
+to a multiple of LANES),
 the lanes combine pairwise, the chunk totals add in chunk order — the same bits whether or not
 LLVM vectorizes, and whatever splits the chunks among threads. They differ from a sequential
 sum (and from stock's) by rounding only.
@@ -90,9 +91,9 @@ def generate_chunked(
             dt = np.dtype(output_dtypes[k]).name
             if np.dtype(body_out_dtypes[w.output]).kind == "f":
                 lanes = [f"l{k}_{j}" for j in range(LANES)]
-                after += [f"for t in range(m, {CHUNK}):", f"    cb{w.output}[t] = 0.0"]
+                after += ["for t in range(m, mr):", f"    cb{w.output}[t] = 0.0"]
                 after.append(" = ".join(lanes) + f" = np.{dt}(0)")
-                after.append(f"for t in range(0, {CHUNK}, {LANES}):")
+                after.append(f"for t in range(0, mr, {LANES}):")
                 after += [f"    {lane} += np.{dt}(cb{w.output}[t + {j}])" for j, lane in enumerate(lanes)]
                 after.append(f"acc{k} += {_pairwise(lanes)}")
             else:
@@ -108,7 +109,8 @@ def generate_chunked(
     k_lines = [f"cb{o} = stack_array({CHUNK}, np.{np.dtype(body_out_dtypes[o]).name})" for o in buffered]
     k_lines += [pro.acc_init(k) for k in accs]
     k_lines += loads[0] + scatter_loads[0] + reads[0]
-    k_lines += [f"for c0 in range(0, n0, {CHUNK}):", f"    m = min({CHUNK}, n0 - c0)", "    for t in range(m):"]
+    k_lines += [f"for c0 in range(0, n0, {CHUNK}):", f"    m = min({CHUNK}, n0 - c0)"]
+    k_lines += [f"    mr = (m + {LANES - 1}) // {LANES} * {LANES}", "    for t in range(m):"]
     k_lines += ["        i0 = np.uint64(c0 + t)"]
     k_lines += ["        " + line for line in loads[1] + reads[1] + compute]
     k_lines += ["    " + line for line in after]

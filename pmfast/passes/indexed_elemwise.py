@@ -282,6 +282,39 @@ LAZY_SWITCH = True
 #: the chunked form (:mod:`pmfast.loops.chunked`). Switch off to measure without it.
 CHUNKED = True
 
+#: Also fuse 1-d Elemwise nodes that gather and scatter nothing but whose outputs are reduced
+#: (``Sum`` / ``All`` / ``Any``: a likelihood's terms), when their body vectorizes.
+REDUCTION_LOOPS = True
+
+
+def will_vectorize(scalar_op) -> bool:
+    """Will a loop over ``scalar_op`` run in the chunked, vectorized form
+    (:func:`pmfast.loops.body.vectorizable`)? Its ops must be branch-free arithmetic, pmfast.vmath
+    ops, or stock ops that ``vector_math`` (49.3, later) turns into vmath ops while the switch is
+    on; at least one of the latter."""
+    from pmfast.loops.body import VECTOR_SAFE_OPS, _scalar_op_name
+
+    if not hasattr(scalar_op, "fgraph"):
+        return False
+    from pmfast.loops.body import flatten_composites
+
+    nodes = flatten_composites(scalar_op.fgraph).apply_nodes
+    try:
+        import pmfast.vmath
+        from pmfast.vmath.ops import SUBSTITUTES, VmathOp
+
+        vmath = pmfast.vmath.is_enabled()
+    except ImportError:  # pragma: no cover
+        return False
+
+    def transcendental(n) -> bool:
+        f64 = all(v.type.dtype == "float64" for v in (*n.inputs, *n.outputs))
+        return isinstance(n.op, VmathOp) or (vmath and f64 and type(n.op) in SUBSTITUTES)
+
+    ok = all(_scalar_op_name(n.op) in VECTOR_SAFE_OPS or transcendental(n) for n in nodes)
+    return CHUNKED and ok and any(transcendental(n) for n in nodes)
+
+
 #: Largest Elemwise ndim fused (one nested loop per dim).
 MAX_NDIM = 4
 
@@ -883,7 +916,11 @@ def _build_fused(fgraph, node, scatters: bool):
             n_scatters += 1
 
     if n_gathers == 0 and n_scatters == 0:
-        return None
+        # nothing gathered or scattered: a loop only pays when its reductions vectorize (the
+        # chunked form's lane sums); otherwise stock's Elemwise + vectorized Sum is as good
+        reduced = any(mode in REDUCTIONS for mode, _, _ in writes)
+        if not (REDUCTION_LOOPS and reduced and ndim == 1 and will_vectorize(op.scalar_op)):
+            return None
 
     # index arrays may be shared with reads; buffers always get their own slot
     spec_writes = []
