@@ -11,6 +11,8 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
     1.61   scan_save_mem
     2      specialize
     48     add_mul_fusion    (flattens Add/Mul: anything split earlier is undone)
+  * 48.4   gather_lifting    f(x[idx]) -> f(x)[idx] for x shorter than idx; before fusion
+                             puts f into the per-row loop
   * 48.5   indexed_elemwise  sum(switch(c, x, -inf)) -> switch(c, sum(x), -inf) for a
                              loop-invariant c (pymc's parameter checks), so fusion can
                              put the checks and the terms they guard in one Composite;

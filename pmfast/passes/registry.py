@@ -152,5 +152,6 @@ BUILTIN: list[str] = [
     "pmfast.passes.wide_split",
     "pmfast.passes.softmax_rows",
     "pmfast.passes.shared_math",
+    "pmfast.passes.gather_lifting",
     "pmfast.passes.vector_math",
 ]
