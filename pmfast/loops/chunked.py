@@ -12,10 +12,12 @@ gathered loads. The chunked form arranges exactly that. Per chunk of :data:`CHUN
     acc<k> += lanes(cb<o>)           # sums: LANES partial sums in a fixed order, then combined
     out<k>[idx[c0 + t]] += cb<o>[t]  # scatters: scalar, in row order
 
-The loop runs in a separate *kernel* function whose index arrays are plain arguments (a phi of
-an input and its negative-wrapped copy defeats LLVM's alias analysis); the *entry* function
+The loop runs in a separate *kernel* function over rows ``r0 <= i0 < r1``; the *entry* function
 checks lengths and indices (:class:`pmfast.loops.codegen._Prologue`, the same checks as the
-plain form), allocates outputs, calls the kernel and wraps the reductions.
+plain form), allocates outputs, calls the kernel (or the threaded driver) and wraps the
+reductions. Arrays the vectorizable phase reads are passed C-contiguous: numba addresses an
+'A'-layout array through integer arithmetic, which hides from LLVM that gathered loads cannot
+alias the stack buffers (measured: the phase then ran scalar).
 
 Sums are deterministic: lane ``l`` of a chunk adds its rows ``l, l + LANES, ...`` (zero-padded
 to a multiple of LANES),
@@ -37,7 +39,7 @@ CHUNK = 256
 LANES = 8
 
 #: Bump whenever the generated chunked source changes shape.
-CHUNKED_VERSION = 1
+CHUNKED_VERSION = 2
 
 
 def chunkable(loop: IndexedLoop) -> bool:
@@ -47,13 +49,25 @@ def chunkable(loop: IndexedLoop) -> bool:
     return not any(g.loose for _, _, g in loop.gathered())
 
 
-def generate_chunked(
-    loop: IndexedLoop, input_dtypes, output_dtypes, body, body_out_dtypes, func_name: str = "indexed_loop"
-) -> tuple[str, str]:
-    """``(kernel source, entry source)`` of the chunked form of the 1-d ``loop``.
+def threadable(loop: IndexedLoop) -> bool:
+    """Can the chunked ``loop`` split its rows among threads? (``set`` writes must keep row order.)"""
+    return not any(w.mode == SET for w in loop.writes)
 
-    The kernel is ``{func_name}_kernel`` (the entry calls it by that global name); both expect
-    ``np``, ``stack_array`` and the body's globals; the entry also ``wrap_index``.
+
+def generate_chunked(
+    loop: IndexedLoop,
+    input_dtypes,
+    output_dtypes,
+    body,
+    body_out_dtypes,
+    func_name: str = "indexed_loop",
+    threads: int = 1,
+) -> list[tuple[str, str]]:
+    """``[(name, source), ...]`` of the chunked form of the 1-d ``loop``, in compile order: the
+    kernel ``{func_name}_kernel(r0, r1, ...)`` (rows ``r0 <= i0 < r1``), with ``threads > 1`` the
+    threaded driver ``{func_name}_blocks`` (see :func:`_driver`), and the entry ``func_name``,
+    which calls them by those global names. All expect ``np``, ``stack_array`` and the body's
+    globals; the driver also ``numba`` and ``prange``.
     """
     if not chunkable(loop):
         raise ValueError("only 1-d loops without loose gathers run chunked")
@@ -104,12 +118,12 @@ def generate_chunked(
 
     accs = [k for k, w in enumerate(loop.writes) if w.mode in (SUM, ALL, ANY)]
     outs = [f"out{k}" for k, w in enumerate(loop.writes) if w.mode in (STORE, INC, SET)]
-    extra = list(pro.copies) + list(pro.sizes)
-    kargs = ["n0", *[f"in{p}" for p in range(nin)], *extra, *outs]
+    extra = list(pro.sizes)
+    kargs = ["r0", "r1", *[f"in{p}" for p in range(nin)], *extra, *outs]
     k_lines = [f"cb{o} = stack_array({CHUNK}, np.{np.dtype(body_out_dtypes[o]).name})" for o in buffered]
     k_lines += [pro.acc_init(k) for k in accs]
     k_lines += loads[0] + scatter_loads[0] + reads[0]
-    k_lines += [f"for c0 in range(0, n0, {CHUNK}):", f"    m = min({CHUNK}, n0 - c0)"]
+    k_lines += [f"for c0 in range(r0, r1, {CHUNK}):", f"    m = min({CHUNK}, r1 - c0)"]
     k_lines += [f"    mr = (m + {LANES - 1}) // {LANES} * {LANES}", "    for t in range(m):"]
     k_lines += ["        i0 = np.uint64(c0 + t)"]
     k_lines += ["        " + line for line in loads[1] + reads[1] + compute]
@@ -125,23 +139,53 @@ def generate_chunked(
     read = {r.array for r in loop.reads} | {g.index for r in loop.reads for _, g in r.gathers()}
 
     def arg(name: str) -> str:
-        p = name[2:] if name.startswith("in") else name[1:].split("_")[0] if name.startswith("w") else None
-        return f"np.ascontiguousarray({name})" if p is not None and int(p) in read else name
+        return f"np.ascontiguousarray({name})" if name.startswith("in") and int(name[2:]) in read else name
 
+    sources = [(kernel_name, kernel)]
+    target, first = kernel_name, ["0", "n0"]
+    if threads > 1:
+        target, first = f"{func_name}_blocks", ["n0"]
+        sources.append((target, _driver(loop, output_dtypes, kargs[2:], accs, kernel_name, target, threads)))
     e_lines = list(pro.head)
     assign = f"({ret},) = " if accs else ""
-    call = f"{assign}{kernel_name}({', '.join(map(arg, kargs))})"
-    if pro.copies:
-        # two call sites: the kernel's index arrays are never a phi of an input and its wrapped
-        # copy, even where LLVM inlines the kernel (a phi defeats its alias analysis)
-        raw = [f"in{w[1:].split('_')[0]}" for w in pro.copies]
-        plain = ["n0", *[f"in{p}" for p in range(nin)], *raw, *pro.sizes, *outs]
-        e_lines += [f"if {pro.negative}:", f"    {call}"]
-        e_lines += ["else:", f"    {assign}{kernel_name}({', '.join(map(arg, plain))})"]
-    else:
-        e_lines.append(call)
-    entry = _def(func_name, [f"in{p}" for p in range(nin)], e_lines + pro.finish())
-    return kernel, entry
+    e_lines.append(f"{assign}{target}({', '.join(first + [arg(a) for a in kargs[2:]])})")
+    sources.append((func_name, _def(func_name, [f"in{p}" for p in range(nin)], e_lines + pro.finish())))
+    return sources
+
+
+def _driver(loop, output_dtypes, args, accs, kernel_name: str, name: str, threads: int) -> str:
+    """The threaded driver: rows split into :data:`~pmfast.loops.threads.BLOCKS` fixed blocks
+    (whole chunks) run by ``threads`` threads, each block scattering into its own zeroed buffer
+    and returning its own totals; buffers and totals are combined in block order. Short loops
+    (``n0 < MIN_ROWS``) run on the calling thread, straight into the outputs."""
+    from pmfast.loops.threads import BLOCKS, MIN_ROWS
+
+    scat = [k for k, w in enumerate(loop.writes) if w.mode == INC]
+    ret = ", ".join(f"acc{k}" for k in accs)
+    assign = f"({ret},) = " if accs else ""
+    lines = ["if n0 < " + str(MIN_ROWS) + ":", f"    return {kernel_name}(0, n0, {', '.join(args)})"]
+    lines.append(f"per = ((n0 + {CHUNK - 1}) // {CHUNK} + {BLOCKS - 1}) // {BLOCKS} * {CHUNK}")
+    for k in accs:
+        dt = "bool_" if loop.writes[k].mode in (ALL, ANY) else np.dtype(output_dtypes[k]).name
+        lines.append(f"tot{k} = np.empty({BLOCKS}, dtype=np.{dt})")
+    for k in scat:
+        lines.append(f"bb{k} = np.zeros(({BLOCKS},) + out{k}.shape, dtype=out{k}.dtype)")
+    lines.append(f"numba.set_num_threads(min({threads}, numba.config.NUMBA_NUM_THREADS))")
+    lines.append(f"for b in prange({BLOCKS}):")
+    lines.append("    b0 = min(n0, b * per)")
+    lines.append("    b1 = min(n0, b0 + per)")
+    block_args = [f"bb{a[3:]}[b]" if a.startswith("out") and int(a[3:]) in scat else a for a in args]
+    lines.append(f"    {assign}{kernel_name}(b0, b1, {', '.join(block_args)})")
+    lines += [f"    tot{k}[b] = acc{k}" for k in accs]
+    for k in accs:
+        w = loop.writes[k]
+        lines.append(f"acc{k} = tot{k}[0]")
+        op = "+" if w.mode == SUM else "&" if w.mode == ALL else "|"
+        lines += [f"for b in range(1, {BLOCKS}):", f"    acc{k} = acc{k} {op} tot{k}[b]"]
+    for k in scat:
+        lines += [f"for b in range({BLOCKS}):", f"    out{k} += bb{k}[b]"]
+    lines.append(f"return ({ret},)" if accs else "return 0")
+    return _def(name, ["n0", *args], lines)
 
 
 def _pairwise(terms: list[str]) -> str:

@@ -45,8 +45,9 @@ from hashlib import sha256
 import numpy as np
 
 from pmfast.loops.body import BODY_VERSION, is_vmath, op_body, vectorizable
-from pmfast.loops.chunked import CHUNKED_VERSION, chunkable, generate_chunked
-from pmfast.loops.codegen import generate_source, jitted_wrap_index, source_key
+from pmfast.loops import threads as loop_threads
+from pmfast.loops.chunked import CHUNKED_VERSION, chunkable, generate_chunked, threadable
+from pmfast.loops.codegen import generate_source, source_key
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
 from pmfast.passes.lengths import EqualLengths
 from pmfast.passes.registry import record, register_pass
@@ -167,6 +168,7 @@ try:
         numba_funcify_ensure_cache,
         register_funcify_and_cache_key,
     )
+    import numba
     from pytensor.scalar.basic import get_scalar_type
 
     from pmfast.loops.stack import stack_array
@@ -215,7 +217,7 @@ try:
         scalar_inputs = [get_scalar_type(dtype=node.inputs[r.array].type.dtype)() for r in loop.reads]
         scalar_node = loop.scalar_op.make_node(*scalar_inputs)
         scalar_fn, scalar_key = numba_funcify_and_cache_key(loop.scalar_op, node=scalar_node, **kwargs)
-        env = {"np": np, "scalar_fn": scalar_fn, "wrap_index": jitted_wrap_index(), "stack_array": stack_array}
+        env = {"np": np, "scalar_fn": scalar_fn, "stack_array": stack_array}
         form, body = "stock", None
         try:
             form, body, body_env = loop_form(loop, node)
@@ -229,13 +231,18 @@ try:
         # The loops are compiled without fast-math flags: measured on the seed, pytensor's
         # default set (contract/afn/arcp/nsz...) slows the gather/scatter loop by ~25%, and IEEE
         # order keeps scatters and sums deterministic. The scalar functions keep their own flags.
+        threads = 1
         if form == "chunked":
             body_dtypes = [o.type.dtype for o in scalar_node.outputs]
-            ksrc, src = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, func_name=name)
-            kfn = compile_numba_function_src(ksrc, f"{name}_kernel", env, write_to_disk=True)
-            env[f"{name}_kernel"] = numba_basic.numba_njit(kfn, fastmath=False, error_model="numpy")
-            src = ksrc + src
-            fn = compile_numba_function_src(src.split(ksrc, 1)[1], name, env, write_to_disk=True)
+            threads = loop_threads.THREADS if threadable(loop) else 1
+            sources = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, name, threads)
+            env.update({"numba": numba, "prange": numba.prange})
+            for fname, fsrc in sources[:-1]:
+                f = compile_numba_function_src(fsrc, fname, env, write_to_disk=True)
+                flags = {"parallel": True} if fname.endswith("_blocks") else {}
+                env[fname] = numba_basic.numba_njit(f, fastmath=False, error_model="numpy", **flags)
+            src = "".join(fsrc for _, fsrc in sources)
+            fn = compile_numba_function_src(sources[-1][1], name, env, write_to_disk=True)
         else:
             src = generate_source(loop, in_dtypes, out_dtypes, func_name=name, body=body)
             fn = compile_numba_function_src(src, name, env, write_to_disk=True)
@@ -254,7 +261,7 @@ try:
                         sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
-                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version()),
+                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads),
                     )
                 ).encode()
             ).hexdigest()
@@ -282,37 +289,20 @@ LAZY_SWITCH = True
 #: the chunked form (:mod:`pmfast.loops.chunked`). Switch off to measure without it.
 CHUNKED = True
 
-#: Also fuse 1-d Elemwise nodes that gather and scatter nothing but whose outputs are reduced
-#: (``Sum`` / ``All`` / ``Any``: a likelihood's terms), when their body vectorizes.
-REDUCTION_LOOPS = True
 
 
 def will_vectorize(scalar_op) -> bool:
     """Will a loop over ``scalar_op`` run in the chunked, vectorized form
-    (:func:`pmfast.loops.body.vectorizable`)? Its ops must be branch-free arithmetic, pmfast.vmath
-    ops, or stock ops that ``vector_math`` (49.3, later) turns into vmath ops while the switch is
-    on; at least one of the latter."""
-    from pmfast.loops.body import VECTOR_SAFE_OPS, _scalar_op_name
-
-    if not hasattr(scalar_op, "fgraph"):
+    (:func:`pmfast.loops.body.vectorizable`): branch-free arithmetic and pmfast.vmath ops only, at
+    least one of the latter (``vector_math``, 49.3, has run when the reduction loops are built)?"""
+    if not CHUNKED or not hasattr(scalar_op, "fgraph"):
         return False
-    from pmfast.loops.body import flatten_composites
+    from pmfast.loops.body import VECTOR_SAFE_OPS, _scalar_op_name, flatten_composites, is_vmath
 
     nodes = flatten_composites(scalar_op.fgraph).apply_nodes
-    try:
-        import pmfast.vmath
-        from pmfast.vmath.ops import SUBSTITUTES, VmathOp
-
-        vmath = pmfast.vmath.is_enabled()
-    except ImportError:  # pragma: no cover
+    if not all(_scalar_op_name(n.op) in VECTOR_SAFE_OPS or is_vmath(n.op) for n in nodes):
         return False
-
-    def transcendental(n) -> bool:
-        f64 = all(v.type.dtype == "float64" for v in (*n.inputs, *n.outputs))
-        return isinstance(n.op, VmathOp) or (vmath and f64 and type(n.op) in SUBSTITUTES)
-
-    ok = all(_scalar_op_name(n.op) in VECTOR_SAFE_OPS or transcendental(n) for n in nodes)
-    return CHUNKED and ok and any(transcendental(n) for n in nodes)
+    return any(is_vmath(n.op) for n in nodes)
 
 
 #: Largest Elemwise ndim fused (one nested loop per dim).
@@ -768,18 +758,20 @@ def _full_bool_reduction(client, out):
     return ALL if isinstance(c_op, All) else ANY
 
 
-def build_fused(fgraph, node):
-    """Return ``(replacements, new_node)`` for an Elemwise ``node``, or ``None`` to decline."""
-    res = _build_fused(fgraph, node, scatters=True)
+def build_fused(fgraph, node, reductions_only: bool = False):
+    """Return ``(replacements, new_node)`` for an Elemwise ``node``, or ``None`` to decline.
+    ``reductions_only``: also a node that gathers and scatters nothing but whose outputs are
+    reduced, if its body vectorizes (:func:`will_vectorize`)."""
+    res = _build_fused(fgraph, node, scatters=True, reductions_only=reductions_only)
     if res is _TOO_WIDE:
-        res = _build_fused(fgraph, node, scatters=False)
+        res = _build_fused(fgraph, node, scatters=False, reductions_only=reductions_only)
     return None if res is _TOO_WIDE else res
 
 
 _TOO_WIDE = object()
 
 
-def _build_fused(fgraph, node, scatters: bool):
+def _build_fused(fgraph, node, scatters: bool, reductions_only: bool = False):
     op = node.op
     if not isinstance(op, Elemwise) or op.inplace_pattern:
         return None
@@ -919,7 +911,7 @@ def _build_fused(fgraph, node, scatters: bool):
         # nothing gathered or scattered: a loop only pays when its reductions vectorize (the
         # chunked form's lane sums); otherwise stock's Elemwise + vectorized Sum is as good
         reduced = any(mode in REDUCTIONS for mode, _, _ in writes)
-        if not (REDUCTION_LOOPS and reduced and ndim == 1 and will_vectorize(op.scalar_op)):
+        if not (reductions_only and reduced and ndim == 1 and will_vectorize(op.scalar_op)):
             return None
 
     # index arrays may be shared with reads; buffers always get their own slot
@@ -986,16 +978,22 @@ def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
     return tuple(tuple(g) for g in groups if len(g) > 1)
 
 
-def _fused_pairs(fgraph, node):
+def _fused_pairs(fgraph, node, reductions_only: bool = False):
     """The replacement pairs of :func:`build_fused`, or ``None``."""
-    res = build_fused(fgraph, node)
+    res = build_fused(fgraph, node, reductions_only)
     return None if res is None else res[0]
 
 
 class IndexedElemwiseFusion(PassRewriter):
-    """Graph rewriter: fuse every eligible Elemwise with its gathers and scatters."""
+    """Graph rewriter: fuse every eligible Elemwise with its gathers and scatters (with
+    ``reductions_only``: the gather-free reduced nodes whose body vectorizes, see
+    :func:`build_fused`)."""
 
     reason = PASS_NAME
+
+    def __init__(self, reductions_only: bool = False):
+        super().__init__()
+        self.reductions_only = reductions_only
 
     def apply(self, fgraph):
         n = 0
@@ -1009,7 +1007,7 @@ class IndexedElemwiseFusion(PassRewriter):
             for node in list(fgraph.toposort()):
                 if node not in fgraph.apply_nodes or not isinstance(node.op, Elemwise):
                     continue
-                n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node), node)
+                n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node, self.reductions_only), node)
         finally:
             fgraph.__dict__.pop("_pmfast_equal_lengths", None)
         if n:
@@ -1053,6 +1051,11 @@ indexed_elemwise_pass = register_pass(
 # no Elemwise or AdvancedIncSubtensor1 has been made inplace yet (we only match
 # non-inplace nodes and never have to reason about destroyed buffers here).
 indexed_elemwise_pass.register(IndexedElemwiseFusion(), 49.2, name="fusion")
+
+# Position 49.35: gather-free Elemwise nodes whose outputs are all reduced (a likelihood's terms)
+# pay as a loop only when the loop vectorizes, which is known once ``vector_math`` (49.3) has
+# put pmfast.vmath ops into their bodies; still before the destroy handler (49.5).
+indexed_elemwise_pass.register(IndexedElemwiseFusion(reductions_only=True), 49.35, name="reduction_loops")
 
 # Position 70.65: next to stock ``local_inplace_AdvancedIncSubtensor1`` (70.6),
 # after the destroy handler is attached, so the validation of the inplace
