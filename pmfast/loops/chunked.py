@@ -67,7 +67,7 @@ def generate_chunked(
     kernel ``{func_name}_kernel(r0, r1, ...)`` (rows ``r0 <= i0 < r1``), with ``threads > 1`` the
     threaded driver ``{func_name}_blocks`` (see :func:`_driver`), and the entry ``func_name``,
     which calls them by those global names. All expect ``np``, ``stack_array`` and the body's
-    globals; the driver also ``numba`` and ``prange``.
+    globals; the driver also ``prange``.
     """
     if not chunkable(loop):
         raise ValueError("only 1-d loops without loose gathers run chunked")
@@ -170,13 +170,15 @@ def _driver(loop, output_dtypes, args, accs, kernel_name: str, name: str, thread
         lines.append(f"tot{k} = np.empty({BLOCKS}, dtype=np.{dt})")
     for k in scat:
         lines.append(f"bb{k} = np.zeros(({BLOCKS},) + out{k}.shape, dtype=out{k}.dtype)")
-    lines.append(f"numba.set_num_threads(min({threads}, numba.config.NUMBA_NUM_THREADS))")
-    lines.append(f"for b in prange({BLOCKS}):")
-    lines.append("    b0 = min(n0, b * per)")
-    lines.append("    b1 = min(n0, b0 + per)")
+    # ``threads`` workers (at most that many threads, however large numba's pool: numba's
+    # set_num_threads would make the function uncacheable), worker w running blocks w, w + threads, ...
+    lines.append(f"for w in prange({threads}):")
+    lines.append(f"    for b in range(w, {BLOCKS}, {threads}):")
+    lines.append("        b0 = min(n0, b * per)")
+    lines.append("        b1 = min(n0, b0 + per)")
     block_args = [f"bb{a[3:]}[b]" if a.startswith("out") and int(a[3:]) in scat else a for a in args]
-    lines.append(f"    {assign}{kernel_name}(b0, b1, {', '.join(block_args)})")
-    lines += [f"    tot{k}[b] = acc{k}" for k in accs]
+    lines.append(f"        {assign}{kernel_name}(b0, b1, {', '.join(block_args)})")
+    lines += [f"        tot{k}[b] = acc{k}" for k in accs]
     for k in accs:
         w = loop.writes[k]
         lines.append(f"acc{k} = tot{k}[0]")

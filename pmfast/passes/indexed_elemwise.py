@@ -236,7 +236,7 @@ try:
             body_dtypes = [o.type.dtype for o in scalar_node.outputs]
             threads = loop_threads.THREADS if threadable(loop) else 1
             sources = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, name, threads)
-            env.update({"numba": numba, "prange": numba.prange})
+            env["prange"] = numba.prange
             for fname, fsrc in sources[:-1]:
                 f = compile_numba_function_src(fsrc, fname, env, write_to_disk=True)
                 flags = {"parallel": True} if fname.endswith("_blocks") else {}

@@ -76,12 +76,12 @@ def magnitude_key(v):
     if isinstance(op, ps.Neg):
         return magnitude_key(node.inputs[0])
     if isinstance(op, ps.Mul):
+        # |u * v| == |u| * |v| bit for bit (negation is exact); more factors may round differently
+        # when reordered, so a product of three or more non-unit factors is its own key
         factors = [i for i in node.inputs if _const_value(i) not in (1.0, -1.0)]
-        if len(factors) == len(node.inputs):
-            return ("mul", tuple(factors)) if len(factors) <= 2 else v
         if len(factors) == 1 and factors[0].type == v.type:
             return magnitude_key(factors[0])
-        return ("mul", tuple(factors)) if 1 < len(factors) <= 2 else v
+        return ("mul", tuple(magnitude_key(f) for f in factors)) if len(factors) == 2 else v
     if isinstance(op, ps.Switch):
         a, b = magnitude_key(node.inputs[1]), magnitude_key(node.inputs[2])
         return a if a == b else v
