@@ -311,11 +311,14 @@ def _kernel_globals(fn):
     return names
 
 
-def test_threads_for():
-    cores = threads.available_cores()
-    assert threads.threads_for(chains=cores) == 1
-    assert threads.threads_for(chains=1, cores=1) == max(1, cores)
-    assert threads.threads_for(chains=4, cores=2) == max(1, cores // 2) or not threads.threadsafe_layer()
+def test_threads_for(monkeypatch):
+    monkeypatch.setattr(threads, "available_cores", lambda: 8)
+    monkeypatch.setattr(threads, "idle_cores", lambda: 8.0)
+    assert threads.threads_for(chains=8) == 1 and threads.threads_for(chains=6, cores=8) == 1
+    assert threads.threads_for(chains=1, cores=1) == 8
+    assert threads.threads_for(chains=4, cores=2) == (4 if threads.threadsafe_layer() else 1)
+    monkeypatch.setattr(threads, "idle_cores", lambda: 1.5)  # other processes hold the cores
+    assert threads.threads_for(chains=1, cores=1) == 1
     with threads.using(3):
         assert threads.THREADS == 3
     assert threads.THREADS == 1
