@@ -295,14 +295,14 @@ def will_vectorize(scalar_op) -> bool:
     """Will a loop over ``scalar_op`` run in the chunked, vectorized form
     (:func:`pmfast.loops.body.vectorizable`): branch-free arithmetic and pmfast.vmath ops only, at
     least one of the latter (``vector_math``, 49.3, has run when the reduction loops are built)?"""
-    if not CHUNKED or not hasattr(scalar_op, "fgraph"):
+    if not CHUNKED:
         return False
     from pmfast.loops.body import VECTOR_SAFE_OPS, _scalar_op_name, flatten_composites, is_vmath
 
-    nodes = flatten_composites(scalar_op.fgraph).apply_nodes
-    if not all(_scalar_op_name(n.op) in VECTOR_SAFE_OPS or is_vmath(n.op) for n in nodes):
+    ops = [n.op for n in flatten_composites(scalar_op.fgraph).apply_nodes] if hasattr(scalar_op, "fgraph") else [scalar_op]
+    if not all(_scalar_op_name(op) in VECTOR_SAFE_OPS or is_vmath(op) for op in ops):
         return False
-    return any(is_vmath(n.op) for n in nodes)
+    return any(is_vmath(op) for op in ops)
 
 
 #: Largest Elemwise ndim fused (one nested loop per dim).
@@ -758,20 +758,20 @@ def _full_bool_reduction(client, out):
     return ALL if isinstance(c_op, All) else ANY
 
 
-def build_fused(fgraph, node, reductions_only: bool = False):
+def build_fused(fgraph, node, vectorize_all: bool = False):
     """Return ``(replacements, new_node)`` for an Elemwise ``node``, or ``None`` to decline.
-    ``reductions_only``: also a node that gathers and scatters nothing but whose outputs are
-    reduced, if its body vectorizes (:func:`will_vectorize`)."""
-    res = _build_fused(fgraph, node, scatters=True, reductions_only=reductions_only)
+    ``vectorize_all``: also a 1-d node that gathers and scatters nothing, if its body vectorizes
+    (:func:`will_vectorize`)."""
+    res = _build_fused(fgraph, node, scatters=True, vectorize_all=vectorize_all)
     if res is _TOO_WIDE:
-        res = _build_fused(fgraph, node, scatters=False, reductions_only=reductions_only)
+        res = _build_fused(fgraph, node, scatters=False, vectorize_all=vectorize_all)
     return None if res is _TOO_WIDE else res
 
 
 _TOO_WIDE = object()
 
 
-def _build_fused(fgraph, node, scatters: bool, reductions_only: bool = False):
+def _build_fused(fgraph, node, scatters: bool, vectorize_all: bool = False):
     op = node.op
     if not isinstance(op, Elemwise) or op.inplace_pattern:
         return None
@@ -908,10 +908,10 @@ def _build_fused(fgraph, node, scatters: bool, reductions_only: bool = False):
             n_scatters += 1
 
     if n_gathers == 0 and n_scatters == 0:
-        # nothing gathered or scattered: a loop only pays when its reductions vectorize (the
-        # chunked form's lane sums); otherwise stock's Elemwise + vectorized Sum is as good
-        reduced = any(mode in REDUCTIONS for mode, _, _ in writes)
-        if not (reductions_only and reduced and ndim == 1 and will_vectorize(op.scalar_op)):
+        # nothing gathered or scattered: a loop pays only when it vectorizes its pmfast.vmath
+        # calls (stock's Elemwise reaches a scalar function through a call LLVM does not inline)
+        # and sums them in lanes; otherwise stock's Elemwise + vectorized Sum is as good
+        if not (vectorize_all and ndim == 1 and will_vectorize(op.scalar_op)):
             return None
 
     # index arrays may be shared with reads; buffers always get their own slot
@@ -978,22 +978,51 @@ def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
     return tuple(tuple(g) for g in groups if len(g) > 1)
 
 
-def _fused_pairs(fgraph, node, reductions_only: bool = False):
+def _fused_pairs(fgraph, node, vectorize_all: bool = False):
     """The replacement pairs of :func:`build_fused`, or ``None``."""
-    res = build_fused(fgraph, node, reductions_only)
+    res = build_fused(fgraph, node, vectorize_all)
     return None if res is None else res[0]
+
+
+def squeezed(node):
+    """``node``'s outputs computed by a 1-d Elemwise when all its output axes but one have static
+    length 1 (``(n, 1)`` columns), as views of the 1-d results; ``None`` otherwise."""
+    op = node.op
+    if not isinstance(op, Elemwise) or op.inplace_pattern:
+        return None
+    bc = node.outputs[0].type.broadcastable
+    keep = [d for d, b in enumerate(bc) if not b]
+    if len(bc) < 2 or len(keep) != 1:
+        return None
+    (k,) = keep
+    ins = [i.dimshuffle([k] if not i.type.broadcastable[k] else ["x"]) for i in node.inputs]
+    flat = Elemwise(op.scalar_op).make_node(*ins)
+    pattern = ["x" if d != k else 0 for d in range(len(bc))]
+    return [o.dimshuffle(pattern) for o in flat.outputs]
+
+
+class SqueezeColumns(PassRewriter):
+    """Graph rewriter: an Elemwise over an ``(n, 1)`` column whose body vectorizes runs as a 1-d
+    Elemwise (then a chunked loop, 49.35), its results viewed as columns again."""
+
+    reason = PASS_NAME
+
+    def apply(self, fgraph):
+        for node in list(fgraph.toposort()):
+            if node in fgraph.apply_nodes and isinstance(node.op, Elemwise) and will_vectorize(node.op.scalar_op):
+                self.attempt(fgraph, lambda node=node: list(zip(node.outputs, squeezed(node) or [])), node)
 
 
 class IndexedElemwiseFusion(PassRewriter):
     """Graph rewriter: fuse every eligible Elemwise with its gathers and scatters (with
-    ``reductions_only``: the gather-free reduced nodes whose body vectorizes, see
+    ``vectorize_all``: also the gather-free 1-d nodes whose body vectorizes, see
     :func:`build_fused`)."""
 
     reason = PASS_NAME
 
-    def __init__(self, reductions_only: bool = False):
+    def __init__(self, vectorize_all: bool = False):
         super().__init__()
-        self.reductions_only = reductions_only
+        self.vectorize_all = vectorize_all
 
     def apply(self, fgraph):
         n = 0
@@ -1007,7 +1036,7 @@ class IndexedElemwiseFusion(PassRewriter):
             for node in list(fgraph.toposort()):
                 if node not in fgraph.apply_nodes or not isinstance(node.op, Elemwise):
                     continue
-                n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node, self.reductions_only), node)
+                n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node, self.vectorize_all), node)
         finally:
             fgraph.__dict__.pop("_pmfast_equal_lengths", None)
         if n:
@@ -1052,10 +1081,11 @@ indexed_elemwise_pass = register_pass(
 # non-inplace nodes and never have to reason about destroyed buffers here).
 indexed_elemwise_pass.register(IndexedElemwiseFusion(), 49.2, name="fusion")
 
-# Position 49.35: gather-free Elemwise nodes whose outputs are all reduced (a likelihood's terms)
-# pay as a loop only when the loop vectorizes, which is known once ``vector_math`` (49.3) has
-# put pmfast.vmath ops into their bodies; still before the destroy handler (49.5).
-indexed_elemwise_pass.register(IndexedElemwiseFusion(reductions_only=True), 49.35, name="reduction_loops")
+# Position 49.35: gather-free 1-d Elemwise nodes (a likelihood's terms, their gradient) pay as a
+# loop only when the loop vectorizes, which is known once ``vector_math`` (49.3) has put
+# pmfast.vmath ops into their bodies; still before the destroy handler (49.5).
+indexed_elemwise_pass.register(SqueezeColumns(), 49.34, name="squeeze_columns")
+indexed_elemwise_pass.register(IndexedElemwiseFusion(vectorize_all=True), 49.35, name="vector_loops")
 
 # Position 70.65: next to stock ``local_inplace_AdvancedIncSubtensor1`` (70.6),
 # after the destroy handler is attached, so the validation of the inplace
