@@ -38,7 +38,7 @@ from pmfast.loops.body import (  # noqa: F401  (re-exported: the scalar-body API
 from pmfast.loops.spec import ALL, ANY, INC, SET, STORE, SUM, Gather, IndexedLoop
 
 #: Bump whenever the generated source changes shape.
-CODEGEN_VERSION = 14
+CODEGEN_VERSION = 15
 
 #: Read operands of static length 1 on every axis once, before the loop.
 HOIST_INVARIANT_READS = True
@@ -88,7 +88,10 @@ def _precheck(lines: list[str], k: int, ndim: int, kind: str, known, sizes) -> b
             cond = f"{hi} >= {s}" + (f" or {lo} < -{s}" if lo < 0 else "")
             lines += [f"if {cond}:", _IDX_ERR]
         return lo < 0
-    flat = f"in{k}" if ndim == 1 else f"in{k}.ravel()"
+    flat = f"in{k}"
+    if ndim != 1:
+        flat = f"flat{k}"
+        lines.append(f"{flat} = in{k}.ravel()")
     if kind == "u64":
         lines += [f"hi{k} = np.uint64(0)", f"for t in range({flat}.shape[0]):", f"    hi{k} = max(hi{k}, {flat}[t])"]
         for s in sizes:
