@@ -217,6 +217,15 @@ def test_chunked_source_structure():
     assert [name for name, _ in threaded] == ["f_kernel", "f_blocks", "f"] and "prange" in threaded[1][1]
 
 
+def test_nd_index_arrays_are_flattened_once():
+    from pmfast.loops.codegen import generate_source
+
+    a = ps.float64("a")
+    loop = IndexedLoop(ps.Composite([a], [ps.exp(a)]), (Read(0, (Gather(1, (0, 1)),)),), (Write(0, SUM),))
+    src = generate_source(loop, ["float64", "int32"], ["float64"])
+    assert src.count(".ravel()") == 1 and "for t in range(flat1.shape[0]):" in src  # not per element
+
+
 def test_nested_composites_are_flattened():
     x = ps.float64("x")
     inner = ps.Composite([x], [ps.exp(x) + 1.0])
