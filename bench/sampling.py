@@ -34,8 +34,10 @@ def compile_backend(model, backend: str, chains: int, cores: int):
     import pmfast
 
     if backend == "pmfast":
-        from pmfast.loops import threads
-
+        try:
+            from pmfast.loops import threads
+        except ImportError:  # an older pmfast (the "today" side of a comparison): no threads
+            return pmfast.compile(model)
         with threads.using(threads.threads_for(chains, cores) if THREADS is None else THREADS):
             return pmfast.compile(model)
     if backend == "stock":
