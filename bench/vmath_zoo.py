@@ -2,6 +2,8 @@
 
     python bench/vmath_zoo.py [MODEL ...] [--repeats 7] [--json out.json]
 
+MODEL is a zoo name or spec (``wide_additive:n=12``), as for ``pmfast bench``.
+
 Per model, five kernels compiled in this process: ``stock`` (no pmfast pass),
 ``vmath`` (the vector_math pass alone: stock Elemwise loops with vmath bodies),
 ``pmfast-libm`` (all passes, ``pmfast.vmath`` disabled), ``pmfast`` (all passes) and
@@ -35,10 +37,10 @@ def _parity(got, ref) -> tuple[float, float]:
 def measure(name: str, repeats: int) -> dict:
     import pmfast
     import pmfast.vmath as vm
-    from pmfast import models
     from pmfast.bench import time_calls
+    from pmfast.loading import load_model
 
-    model = models.load(name)()
+    model, _ = load_model(name)
     fns = {}
     no_fused = [p.name for p in pmfast.passes.available() if p.name != "indexed_elemwise"]
     for side, passes, on in (("stock", "none", True), ("vmath", ["vector_math"], True),
