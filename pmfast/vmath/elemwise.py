@@ -30,6 +30,9 @@ from pmfast.vmath import VERSION
 
 #: Part of the numba cache key; bump when this lowering changes.
 LOWERING_VERSION = 4
+#: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
+INLINE_BODY = True
+CONTIGUOUS_INPUTS = True
 
 
 class VmathElemwise(Elemwise):
@@ -88,16 +91,21 @@ def _inlined_store(core_fn, nin: int, nout: int):
 def _register_numba() -> None:
     from numba.core.extending import overload
     from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
-    from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
+    from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals, store_core_outputs
     from pytensor.scalar.basic import get_scalar_type
 
     @register_funcify_and_cache_key(VmathElemwise)
     def numba_funcify_VmathElemwise(op, node, **kwargs):
         scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
-        scalar_fn, scalar_key = inlined_body(op.scalar_op, scalar_node, **kwargs)
         nin, nout = len(node.inputs), len(node.outputs)
-        store = _inlined_store(scalar_fn, nin, nout)
+        inline, contiguous_inputs = INLINE_BODY, CONTIGUOUS_INPUTS
+        if inline:
+            scalar_fn, scalar_key = inlined_body(op.scalar_op, scalar_node, **kwargs)
+            store = _inlined_store(scalar_fn, nin, nout)
+        else:
+            scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node, **kwargs)
+            store = store_core_outputs(scalar_fn, nin=nin, nout=nout)
         in_bc = tuple(i.type.broadcastable for i in node.inputs)
         out_bc = tuple(o.type.broadcastable for o in node.outputs)
         out_dtypes = tuple(o.type.dtype for o in node.outputs)
@@ -119,9 +127,10 @@ def _register_numba() -> None:
 
         # inputs as C-contiguous arrays (a view when they are, a copy when not): the loop then
         # addresses them by shape, not by runtime strides, and LLVM vectorizes it (a strided
-        # 'A'-layout input, e.g. Squeeze(Dot) or x[:, 0], keeps the loop scalar)
+        # 'A'-layout input, e.g. Squeeze(Dot) or x[:, 0], keeps the loop scalar); 0-d inputs
+        # stay as they are (np.ascontiguousarray makes them 1-d)
         contiguous = "".join(
-            f"np.ascontiguousarray(inputs[{k}]), " if i.type.ndim else f"inputs[{k}], "  # (it makes 0-d 1-d)
+            f"np.ascontiguousarray(inputs[{k}]), " if i.type.ndim and contiguous_inputs else f"inputs[{k}], "
             for k, i in enumerate(node.inputs)
         )
         src = (
@@ -139,7 +148,8 @@ def _register_numba() -> None:
 
         if scalar_key is None:
             return elemwise, None
-        key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, tuple(op.inplace_pattern.items()), in_bc, scalar_key)
+        key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs,
+               tuple(op.inplace_pattern.items()), in_bc, scalar_key)
         return elemwise, sha256(str(key).encode()).hexdigest()
 
 
