@@ -29,10 +29,12 @@ from pytensor.tensor.elemwise import Elemwise
 from pmfast.vmath import VERSION
 
 #: Part of the numba cache key; bump when this lowering changes.
-LOWERING_VERSION = 4
+LOWERING_VERSION = 5
 #: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
 INLINE_BODY = True
 CONTIGUOUS_INPUTS = True
+#: ndim >= 2 loops whose last axis is shorter than this run flattened (see :func:`_impl_source`)
+FLAT_BELOW = 16
 
 
 class VmathElemwise(Elemwise):
@@ -88,6 +90,44 @@ def _inlined_store(core_fn, nin: int, nout: int):
     return numba_basic.numba_njit(fn, forceinline=True)
 
 
+def _impl_source(node, contiguous: bool, flat_below: int) -> str:
+    """Source of ``impl(*inputs)``, the loop: pytensor's ``_vectorized`` on the inputs.
+
+    ``contiguous``: inputs go through ``np.ascontiguousarray`` (a view when they are C
+    contiguous, else a copy), so the loop addresses them by shape, not by runtime strides,
+    and LLVM vectorizes it (a strided 'A'-layout input, e.g. ``Squeeze(Dot)`` or ``x[:, 0]``,
+    keeps it scalar). 0-d inputs stay as they are (the function makes them 1-d).
+
+    ``flat_below``: for ndim >= 2, when the last axis is shorter than this at run time
+    (an ordinal model's (n, 4) cut-point differences), the inputs are broadcast to the
+    full shape and the loop runs over them flattened: the innermost loop is the one LLVM
+    widens, and 4 elements do not fill a vector.
+    """
+    nin, nout = len(node.inputs), len(node.outputs)
+    ndim = node.outputs[0].type.ndim
+    lines = ["def impl(*inputs):"]
+    for k, i in enumerate(node.inputs):
+        wrap = contiguous and i.type.ndim
+        lines.append(f"    a{k} = np.ascontiguousarray(inputs[{k}])" if wrap else f"    a{k} = inputs[{k}]")
+    args = "".join(f"a{k}, " for k in range(nin))
+    loop = "_vectorized(store, {}, {}, dtypes_enc, inplace_enc, True, (), ({}), core_shapes, None)"
+    if ndim >= 2 and flat_below:
+        dims = []
+        for d in range(ndim):
+            srcs = [k for k, i in enumerate(node.inputs) if not i.type.broadcastable[d]]
+            dims.append(f"a{srcs[0]}.shape[{d}]" if srcs else "1")
+        lines.append(f"    shape = ({', '.join(dims)},)")
+        lines.append(f"    if shape[{ndim - 1}] < {flat_below}:")
+        flat = "".join(f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).ravel(), " for k in range(nin))
+        lines.append(f"        r = {loop.format('flat_bc_enc', 'flat_out_bc_enc', flat)}")
+        if nout == 1:
+            lines.append("        return r.reshape(shape)")
+        else:
+            lines.append(f"        return ({''.join(f'r[{o}].reshape(shape), ' for o in range(nout))})")
+    lines.append(f"    return {loop.format('in_bc_enc', 'out_bc_enc', args)}")
+    return "\n".join(lines) + "\n"
+
+
 def _register_numba() -> None:
     from numba.core.extending import overload
     from pytensor.link.numba.cache import compile_numba_function_src
@@ -125,21 +165,11 @@ def _register_numba() -> None:
                     out[idx] = v
             return outs[0] if nout == 1 else outs
 
-        # inputs as C-contiguous arrays (a view when they are, a copy when not): the loop then
-        # addresses them by shape, not by runtime strides, and LLVM vectorizes it (a strided
-        # 'A'-layout input, e.g. Squeeze(Dot) or x[:, 0], keeps the loop scalar); 0-d inputs
-        # stay as they are (np.ascontiguousarray makes them 1-d)
-        contiguous = "".join(
-            f"np.ascontiguousarray(inputs[{k}]), " if i.type.ndim and contiguous_inputs else f"inputs[{k}], "
-            for k, i in enumerate(node.inputs)
-        )
-        src = (
-            "def impl(*inputs):\n"
-            f"    return _vectorized(store, in_bc_enc, out_bc_enc, dtypes_enc, inplace_enc, True, (),"
-            f" ({contiguous}), core_shapes, None)\n"
-        )
+        flat_bc_enc, flat_out_bc_enc = encode_literals(((False,),) * nin), encode_literals(((False,),) * nout)
+        src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0)
         env = {"np": np, "_vectorized": _vectorized, "store": store, "in_bc_enc": in_bc_enc, "out_bc_enc": out_bc_enc,
-               "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc, "core_shapes": core_shapes}
+               "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc, "core_shapes": core_shapes,
+               "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc}
         impl = compile_numba_function_src(src, "impl", env)
 
         @overload(elemwise)
@@ -148,7 +178,7 @@ def _register_numba() -> None:
 
         if scalar_key is None:
             return elemwise, None
-        key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs,
+        key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs, FLAT_BELOW,
                tuple(op.inplace_pattern.items()), in_bc, scalar_key)
         return elemwise, sha256(str(key).encode()).hexdigest()
 
