@@ -29,7 +29,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pmfast.vmath import VERSION
 
 #: Part of the numba cache key; bump when this lowering changes.
-LOWERING_VERSION = 5
+LOWERING_VERSION = 6
 #: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
 INLINE_BODY = True
 CONTIGUOUS_INPUTS = True
@@ -83,9 +83,7 @@ def _inlined_store(core_fn, nin: int, nout: int):
     outs = ", ".join(f"o{k}" for k in range(nout))
     tmps = ", ".join(f"t{k}" for k in range(nout))
     stores = "\n".join(f"o{k}[...] = t{k}" for k in range(nout))
-    src = f"def store({ins}, {outs}):\n    {tmps}{',' if nout == 1 else ''} = core_fn({ins})\n{indent(stores, '    ')}\n"
-    if nout == 1:
-        src = src.replace(f"    {tmps}, = core_fn", f"    {tmps} = core_fn")
+    src = f"def store({ins}, {outs}):\n    {tmps} = core_fn({ins})\n{indent(stores, '    ')}\n"
     fn = compile_numba_function_src(src, "store", {"core_fn": core_fn})
     return numba_basic.numba_njit(fn, forceinline=True)
 
@@ -118,6 +116,11 @@ def _impl_source(node, contiguous: bool, flat_below: int) -> str:
             dims.append(f"a{srcs[0]}.shape[{d}]" if srcs else "1")
         lines.append(f"    shape = ({', '.join(dims)},)")
         lines.append(f"    if shape[{ndim - 1}] < {flat_below}:")
+        for d in range(ndim):  # no runtime broadcasting (stock's loop refuses it too)
+            for k, i in enumerate(node.inputs):
+                if not i.type.broadcastable[d]:
+                    lines.append(f"        if a{k}.shape[{d}] != shape[{d}]:")
+                    lines.append("            raise ValueError('Vectorized inputs have incompatible shapes')")
         flat = "".join(f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).ravel(), " for k in range(nin))
         lines.append(f"        r = {loop.format('flat_bc_enc', 'flat_out_bc_enc', flat)}")
         if nout == 1:
