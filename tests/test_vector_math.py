@@ -95,7 +95,8 @@ def _walk(op):
 
 @pytest.mark.parametrize(
     "case",
-    ["strided column", "reversed", "broadcast", "scalar input", "two outputs", "int input", "special values"],
+    ["strided column", "reversed", "broadcast", "short last axis", "short last axis, two outputs", "scalar input",
+     "two outputs", "int input", "special values"],
 )
 def test_layouts_broadcasting_and_specials(case):
     m = pt.matrix("m")
@@ -106,6 +107,8 @@ def test_layouts_broadcasting_and_specials(case):
         "strided column": ([m], pt.softplus(m[:, 1]) * m[:, 0], [M]),
         "reversed": ([v], pt.sigmoid(v[::-1]), [RNG.normal(size=1001)]),
         "broadcast": ([m, v], pt.log1p(pt.exp(m[:, 0][:, None] + v[None, :])), [M, RNG.normal(size=7)]),
+        "short last axis": ([m, v], pt.sigmoid(v[None, :] - m[:, 1][:, None]), [M, RNG.normal(size=4)]),
+        "short last axis, two outputs": ([m], [pt.exp(m).sum(0), pt.exp(m) * m], [M]),
         "scalar input": ([s, v], pt.erfc(s * v), [np.float64(0.7), RNG.normal(size=50)]),
         "two outputs": ([v], [pt.exp(v).sum(), pt.exp(v) * 2], [RNG.normal(size=99)]),
         "int input": ([i], pt.exp(i), [np.arange(-5, 5)]),
@@ -121,6 +124,18 @@ def test_layouts_broadcasting_and_specials(case):
 
 def _list(r):
     return r if isinstance(r, list) else [r]
+
+
+def test_runtime_broadcasting_refused_like_stock():
+    """A (n, 1) value where the graph says (n, m): both lowerings raise ValueError (short and long last axes)."""
+    m1, m2 = pt.matrices("m1", "m2")
+    stock, fast = compile_pair([m1, m2], pt.exp(m1 + m2))
+    for shape in ((50, 3), (50, 40)):
+        a, b = RNG.normal(size=shape), RNG.normal(size=(shape[0], 1))
+        for fn in (stock, fast):
+            with pytest.raises(ValueError):
+                fn(a, b)
+        assert_ulp_close(fast(a, a), stock(a, a), ulps=2)
 
 
 def test_float32_keeps_libm():
