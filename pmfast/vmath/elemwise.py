@@ -29,7 +29,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pmfast.vmath import VERSION
 
 #: Part of the numba cache key; bump when this lowering changes.
-LOWERING_VERSION = 6
+LOWERING_VERSION = 7
 #: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
 INLINE_BODY = True
 CONTIGUOUS_INPUTS = True
@@ -96,10 +96,11 @@ def _impl_source(node, contiguous: bool, flat_below: int) -> str:
     and LLVM vectorizes it (a strided 'A'-layout input, e.g. ``Squeeze(Dot)`` or ``x[:, 0]``,
     keeps it scalar). 0-d inputs stay as they are (the function makes them 1-d).
 
-    ``flat_below``: for ndim >= 2, when the last axis is shorter than this at run time
-    (an ordinal model's (n, 4) cut-point differences), the inputs are broadcast to the
-    full shape and the loop runs over them flattened: the innermost loop is the one LLVM
-    widens, and 4 elements do not fill a vector.
+    ``flat_below``: for ndim >= 2, when the last axis is shorter than this (an ordinal
+    model's (n, 4) cut-point differences, a (n, 1) column), the inputs are broadcast to
+    the full shape and the loop runs over them flattened: the innermost loop is the one
+    LLVM widens, and 4 elements do not fill a vector. Decided when compiling if the last
+    axis has a static length, else at run time (two loops compiled).
     """
     nin, nout = len(node.inputs), len(node.outputs)
     ndim = node.outputs[0].type.ndim
@@ -109,25 +110,28 @@ def _impl_source(node, contiguous: bool, flat_below: int) -> str:
         lines.append(f"    a{k} = np.ascontiguousarray(inputs[{k}])" if wrap else f"    a{k} = inputs[{k}]")
     args = "".join(f"a{k}, " for k in range(nin))
     loop = "_vectorized(store, {}, {}, dtypes_enc, inplace_enc, True, (), ({}), core_shapes, None)"
-    if ndim >= 2 and flat_below:
-        dims = []
+    last = node.outputs[0].type.shape[-1] if ndim else None
+    flat = ndim >= 2 and flat_below and (last is None or last < flat_below)
+    if flat:
+        dims, checks = [], []
         for d in range(ndim):
             srcs = [k for k, i in enumerate(node.inputs) if not i.type.broadcastable[d]]
             dims.append(f"a{srcs[0]}.shape[{d}]" if srcs else "1")
-        lines.append(f"    shape = ({', '.join(dims)},)")
-        lines.append(f"    if shape[{ndim - 1}] < {flat_below}:")
-        for d in range(ndim):  # no runtime broadcasting (stock's loop refuses it too)
-            for k, i in enumerate(node.inputs):
-                if not i.type.broadcastable[d]:
-                    lines.append(f"        if a{k}.shape[{d}] != shape[{d}]:")
-                    lines.append("            raise ValueError('Vectorized inputs have incompatible shapes')")
-        flat = "".join(f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).ravel(), " for k in range(nin))
-        lines.append(f"        r = {loop.format('flat_bc_enc', 'flat_out_bc_enc', flat)}")
-        if nout == 1:
-            lines.append("        return r.reshape(shape)")
-        else:
-            lines.append(f"        return ({''.join(f'r[{o}].reshape(shape), ' for o in range(nout))})")
-    lines.append(f"    return {loop.format('in_bc_enc', 'out_bc_enc', args)}")
+            for k in srcs[1:]:  # no runtime broadcasting (stock's loop refuses it too)
+                checks += [f"if a{k}.shape[{d}] != shape[{d}]:",
+                           "    raise ValueError('Vectorized inputs have incompatible shapes')"]
+        body = [f"shape = ({', '.join(dims)},)", *checks]
+        flat_args = "".join(f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).ravel(), " for k in range(nin))
+        body.append(f"r = {loop.format('flat_bc_enc', 'flat_out_bc_enc', flat_args)}")
+        body.append("return r.reshape(shape)" if nout == 1 else
+                    f"return ({''.join(f'r[{o}].reshape(shape), ' for o in range(nout))})")
+        if last is None:  # decided at run time: two loops compiled
+            lines.append(f"    if {dims[-1]} < {flat_below}:")
+            lines += [f"        {ln}" for ln in body]
+        else:  # a static last axis decides now: one loop
+            lines += [f"    {ln}" for ln in body]
+    if not flat or last is None:
+        lines.append(f"    return {loop.format('in_bc_enc', 'out_bc_enc', args)}")
     return "\n".join(lines) + "\n"
 
 
