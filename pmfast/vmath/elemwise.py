@@ -29,7 +29,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pmfast.vmath import VERSION
 
 #: Part of the numba cache key; bump when this lowering changes.
-LOWERING_VERSION = 7
+LOWERING_VERSION = 8
 #: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
 INLINE_BODY = True
 CONTIGUOUS_INPUTS = True
@@ -88,25 +88,32 @@ def _inlined_store(core_fn, nin: int, nout: int):
     return numba_basic.numba_njit(fn, forceinline=True)
 
 
-def _impl_source(node, contiguous: bool, flat_below: int) -> str:
+def _impl_source(node, contiguous: bool, flat_below: int, layouts) -> str:
     """Source of ``impl(*inputs)``, the loop: pytensor's ``_vectorized`` on the inputs.
 
-    ``contiguous``: inputs go through ``np.ascontiguousarray`` (a view when they are C
-    contiguous, else a copy), so the loop addresses them by shape, not by runtime strides,
-    and LLVM vectorizes it (a strided 'A'-layout input, e.g. ``Squeeze(Dot)`` or ``x[:, 0]``,
-    keeps it scalar). 0-d inputs stay as they are (the function makes them 1-d).
+    ``contiguous``: inputs not typed C-contiguous (``layouts``: numba's layout of each
+    input) go through ``np.ascontiguousarray`` (a view when they are at run time, else a
+    copy), so the loop addresses them by shape, not by runtime strides, and LLVM
+    vectorizes it (a strided 'A'-layout input, e.g. ``Squeeze(Dot)`` or ``x[:, 0]``, keeps
+    it scalar). 0-d inputs stay as they are (the function makes them 1-d).
 
     ``flat_below``: for ndim >= 2, when the last axis is shorter than this (an ordinal
     model's (n, 4) cut-point differences, a (n, 1) column), the inputs are broadcast to
     the full shape and the loop runs over them flattened: the innermost loop is the one
     LLVM widens, and 4 elements do not fill a vector. Decided when compiling if the last
-    axis has a static length, else at run time (two loops compiled).
+    axis has a static length, else at run time (two loops compiled). Inputs that span
+    the whole shape are reshaped (a view), the others broadcast and copied.
+
+    Each numba overload used here is typed and lowered again in every new process
+    (numba caches user functions, not generic overloads): the source uses as few as it
+    can (measured: ~1 s of hier_logistic's cold compile when every input went through
+    ``np.broadcast_to`` and ``np.ascontiguousarray``).
     """
     nin, nout = len(node.inputs), len(node.outputs)
     ndim = node.outputs[0].type.ndim
     lines = ["def impl(*inputs):"]
     for k, i in enumerate(node.inputs):
-        wrap = contiguous and i.type.ndim
+        wrap = contiguous and i.type.ndim and layouts[k] != "C"
         lines.append(f"    a{k} = np.ascontiguousarray(inputs[{k}])" if wrap else f"    a{k} = inputs[{k}]")
     args = "".join(f"a{k}, " for k in range(nin))
     loop = "_vectorized(store, {}, {}, dtypes_enc, inplace_enc, True, (), ({}), core_shapes, None)"
@@ -120,8 +127,14 @@ def _impl_source(node, contiguous: bool, flat_below: int) -> str:
             for k in srcs[1:]:  # no runtime broadcasting (stock's loop refuses it too)
                 checks += [f"if a{k}.shape[{d}] != shape[{d}]:",
                            "    raise ValueError('Vectorized inputs have incompatible shapes')"]
-        body = [f"shape = ({', '.join(dims)},)", *checks]
-        flat_args = "".join(f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).ravel(), " for k in range(nin))
+        body = [f"shape = ({', '.join(dims)},)", *checks, f"size = {' * '.join(f'shape[{d}]' for d in range(ndim))}"]
+        out_shape = node.outputs[0].type.shape
+
+        def flat_arg(k, i):
+            whole = i.type.ndim == ndim and all(not b or out_shape[d] == 1 for d, b in enumerate(i.type.broadcastable))
+            return f"a{k}.reshape(size), " if whole else f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).reshape(size), "
+
+        flat_args = "".join(flat_arg(k, i) for k, i in enumerate(node.inputs))
         body.append(f"r = {loop.format('flat_bc_enc', 'flat_out_bc_enc', flat_args)}")
         body.append("return r.reshape(shape)" if nout == 1 else
                     f"return ({''.join(f'r[{o}].reshape(shape), ' for o in range(nout))})")
@@ -173,15 +186,15 @@ def _register_numba() -> None:
             return outs[0] if nout == 1 else outs
 
         flat_bc_enc, flat_out_bc_enc = encode_literals(((False,),) * nin), encode_literals(((False,),) * nout)
-        src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0)
         env = {"np": np, "_vectorized": _vectorized, "store": store, "in_bc_enc": in_bc_enc, "out_bc_enc": out_bc_enc,
                "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc, "core_shapes": core_shapes,
                "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc}
-        impl = compile_numba_function_src(src, "impl", env)
 
         @overload(elemwise)
         def ov_elemwise(*inputs):
-            return impl
+            layouts = [getattr(t, "layout", None) for t in inputs]
+            src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0, layouts)
+            return compile_numba_function_src(src, "impl", dict(env))
 
         if scalar_key is None:
             return elemwise, None
