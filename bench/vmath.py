@@ -152,7 +152,7 @@ def accuracy(name: str, stock) -> dict:
     import pmfast.vmath as vm
     from pmfast.vmath.reference import REFERENCES, sweep, ulp_error
 
-    x = sweep(name, 3000 if name in ("erf", "erfc", "erfcx", "ndtr", "log_ndtr") else 100_000)
+    x = sweep(name, 20_000 if name in ("erf", "erfc", "erfcx", "ndtr", "log_ndtr") else 1_000_000)
     ref = REFERENCES[name](x)
     res = {}
     for side, f in (("vmath", vm.KERNELS[name]), ("libm", stock)):
