@@ -1,6 +1,6 @@
 """pmfast.vmath against libm (stock pytensor's numba scalar functions): a map and a reduction per function.
 
-    python bench/vmath.py [--n 100000] [--repeats 9] [--functions exp,log,...] [--json out.json]
+    python bench/vmath.py [--n 100000] [--repeats 9] [--functions exp,log,...] [--accuracy] [--json out.json]
 
 For each function, over ``n`` values in a typical range: ``out[i] = f(x[i])`` (map) and
 ``s += f(x[i])`` (sum) in an ``@njit`` loop, with stock's scalar function (pytensor's
@@ -9,8 +9,10 @@ pmfast.vmath kernel. The sum is compiled twice: with ``fastmath={"reassoc"}`` on
 (LLVM may then keep per-lane partial sums and vectorize) and without (the sum must stay
 sequential: the loop runs one element at a time, which measures the scalar kernel).
 Times are medians of the repeats on this thread's CPU clock, the variants interleaved;
-the ``vector`` column says whether the loop's machine code holds packed double
-instructions on zmm/ymm registers and no call (i.e. the kernel was inlined and widened).
+the ``vector`` columns say whether the loop's LLVM IR works on vectors of doubles and
+calls nothing but LLVM intrinsics (no libm: the kernel was inlined and widened).
+``--accuracy`` adds the ulp table of docs/vmath.md: max error of the kernel and of stock's
+function against :mod:`pmfast.vmath.reference` over its dense test sweep, and where.
 """
 
 from __future__ import annotations
@@ -145,15 +147,38 @@ def measure(name: str, n: int, repeats: int, stock) -> dict:
     return res
 
 
+def accuracy(name: str, stock) -> dict:
+    """Max ulp error (and where) of the kernel and of stock's scalar function over the test sweep."""
+    import pmfast.vmath as vm
+    from pmfast.vmath.reference import REFERENCES, sweep, ulp_error
+
+    x = sweep(name, 20_000 if name in ("erf", "erfc", "erfcx", "ndtr", "log_ndtr") else 1_000_000)
+    ref = REFERENCES[name](x)
+    res = {}
+    for side, f in (("vmath", vm.KERNELS[name]), ("libm", stock)):
+        m, _, _ = loops(f)
+        out = np.empty_like(x)
+        with np.errstate(all="ignore"):
+            m(x, out)
+        err = ulp_error(out, ref)
+        i = int(np.argmax(err))
+        res[f"{side}_max_ulp"], res[f"{side}_worst_x"] = float(err[i]), float(x[i])
+    return res
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--repeats", type=int, default=9)
     ap.add_argument("--functions", default=",".join(RANGES))
+    ap.add_argument("--accuracy", action="store_true", help="also print the ulp table (mpmath references: slow)")
     ap.add_argument("--json", default=None, help="also write the results to this file")
     args = ap.parse_args(argv)
     stock = stock_kernels()
     rows = [measure(name, args.n, args.repeats, stock[name]) for name in args.functions.split(",")]
+    if args.accuracy:
+        for r in rows:
+            r.update(accuracy(r["function"], stock[r["function"]]))
     print(f"n = {args.n}, ns per element, medians of {args.repeats} (thread CPU clock)")
     print(f"{'function':<12} {'libm map':>9} {'vmath map':>9} {'ratio':>6}   {'libm sum':>9} {'vmath sum':>9} {'ratio':>6}"
           f"   {'vmath scalar':>12}   vector (map, sum)")
@@ -164,9 +189,23 @@ def main(argv=None) -> None:
             f"   {r['vmath_sum_strict_ns']:12.2f}   libm {r['libm_map_vector']!s:5} {r['libm_sum_vector']!s:5}"
             f" vmath {r['vmath_map_vector']!s:5} {r['vmath_sum_vector']!s:5}"
         )
+    if args.accuracy:
+        print()
+        print("| function | max ulp | at x | stock max ulp (at x) | ns/elem scalar | ns/elem vectorized (map, sum) | stock ns/elem (map) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for r in rows:
+            print(
+                f"| {r['function']} | {r['vmath_max_ulp']:.2f} | {r['vmath_worst_x']:.6g} |"
+                f" {_ulp(r['libm_max_ulp'])} ({r['libm_worst_x']:.4g}) | {r['vmath_sum_strict_ns']:.1f} |"
+                f" {r['vmath_map_ns']:.2f}, {r['vmath_sum_ns']:.2f} | {r['libm_map_ns']:.1f} |"
+            )
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)
+
+
+def _ulp(e: float) -> str:
+    return "inf" if e == float("inf") else f"{e:.2f}" if e < 1e4 else f"{e:.1e}"
 
 
 if __name__ == "__main__":

@@ -180,8 +180,8 @@ def softplus(x):
 
 @kernel
 def log_sigmoid(x):
-    """log(1 / (1 + e^-x)) = min(x, 0) - log1p(e^-|x|)."""
-    return select(x < 0.0, x, 0.0) - log1p(exp(-abs(x)))
+    """log(1 / (1 + e^-x)) = -softplus(-x) = -(max(-x, 0) + log1p(e^-|x|)) (-0.0 for x = inf, as stock)."""
+    return -(select(x < 0.0, -x, 0.0) + log1p(exp(-abs(x))))
 
 
 @kernel

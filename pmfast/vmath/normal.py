@@ -107,9 +107,9 @@ def _phi_tail(x):
     # G' = 2aG - 2/sqrt(pi), which cancels for large a: there G' = -(G/a)(1 - 1/a^2) to O(a^-4)
     dg = select(a < ERF_ONE, 2.0 * (a * gh) - C.TWO_INV_SQRTPI, -(gh / a) * (1.0 - 1.0 / (a * a)))
     gl = fma(alo, dg, gl)
-    hi, lo = _square(ax)
-    hi = 0.5 * hi
-    lo = select(hi == INF, 0.0, 0.5 * lo)
+    half = 0.5 * ax
+    hi = half * ax  # x^2/2 = hi + lo exactly; finite up to |x| = 1.9e154 (x^2 alone overflows at 1.3e154)
+    lo = select(hi == INF, 0.0, fma(half, ax, -hi))
     return exp_dd_mul(-hi, -lo, 0.5 * gh, 0.5 * gl), gh, gl, hi, lo
 
 
