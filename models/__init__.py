@@ -33,6 +33,9 @@ ZOO: dict[str, str] = {
     "student_t_regression": "student_t_regression",
     "beta_binomial": "beta_binomial",
     "hier_var": "hier_var",
+    "bradley_terry_np": "bradley_terry_np",
+    "radon_intercept_np": "radon_intercept_np",
+    "irt_2pl_np": "irt_2pl_np",
 }
 
 DEFAULT = "radon_intercept"

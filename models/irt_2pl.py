@@ -9,7 +9,7 @@ import numpy as np
 import pymc as pm
 
 
-def build_model(n_persons=300, n_items=40, seed=0):
+def build_model(n_persons=300, n_items=40, seed=0, numpy_indices=False):
     rng = np.random.default_rng(seed)
     person, item = (g.ravel() for g in np.meshgrid(np.arange(n_persons), np.arange(n_items), indexing="ij"))
     theta_true = rng.normal(size=n_persons)
@@ -19,8 +19,8 @@ def build_model(n_persons=300, n_items=40, seed=0):
     y = rng.binomial(1, p)
     coords = {"person": np.arange(n_persons), "item": np.arange(n_items), "obs_id": np.arange(person.size)}
     with pm.Model(coords=coords) as model:
-        person_idx = pm.Data("person_idx", person, dims="obs_id")
-        item_idx = pm.Data("item_idx", item, dims="obs_id")
+        person_idx = person if numpy_indices else pm.Data("person_idx", person, dims="obs_id")
+        item_idx = item if numpy_indices else pm.Data("item_idx", item, dims="obs_id")
         theta = pm.Normal("theta", 0.0, 1.0, dims="person")
         sigma_a = pm.HalfNormal("sigma_a", 0.5)
         a = pm.Deterministic("a", pm.math.exp(pm.Normal("log_a", 0.0, sigma_a, dims="item")), dims="item")

@@ -18,11 +18,11 @@ def simulate(n_obs=919, n_counties=85, seed=0):
     return county, floor, y
 
 
-def build_model(n_obs=919, n_counties=85, seed=0):
+def build_model(n_obs=919, n_counties=85, seed=0, numpy_indices=False):
     county, floor, y = simulate(n_obs, n_counties, seed)
     coords = {"county": np.arange(n_counties), "obs_id": np.arange(n_obs)}
     with pm.Model(coords=coords) as model:
-        county_idx = pm.Data("county_idx", county, dims="obs_id")
+        county_idx = county if numpy_indices else pm.Data("county_idx", county, dims="obs_id")
         floor_x = pm.Data("floor", floor, dims="obs_id")
         mu_a = pm.Normal("mu_a", 0.0, 5.0)
         sigma_a = pm.HalfNormal("sigma_a", 1.0)

@@ -96,7 +96,10 @@ def sample(
     if int(tune) < 0:
         raise ValueError(f"tune must be non-negative, got {tune}")
     compile_kwargs = {k: kwargs.pop(k) for k in COMPILE_KWARGS if k in kwargs}
-    compiled = compile(model, passes=passes, progress=progress, **compile_kwargs)
+    from pmfast.loops import threads  # large loops share the cores the chains leave idle (#13)
+
+    with threads.using(threads.threads_for(chains, kwargs.get("cores"))):
+        compiled = compile(model, passes=passes, progress=progress, **compile_kwargs)
     t0 = time.perf_counter()
     sampler = nutpie.sample(
         compiled,

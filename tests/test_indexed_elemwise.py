@@ -319,12 +319,27 @@ def test_evaluate_sum_write():
 
 def test_generated_source_checks_bounds():
     loop = IndexedLoop(_composite(), (_gather(0, 1), Read(2)), (Write(1, INC, buffer=3, axes=(Gather(1),)),))
+    same = IndexedLoop(loop.scalar_op, loop.reads, loop.writes, same_lengths=(((0, 0), (3, 0)),))
+    assert "len($0, 0) == len($3, 0)" in same.short()
     for dt in ("int8", "uint16", "uint64", "int64"):
         src = generate_source(loop, ["float64", dt, "float64", "float64"], ["float64"])
         compile(src, "<test>", "exec")
-        assert src.count("raise IndexError") == 2
-        assert ("+= size0_0" in src) == dt.startswith("int")
-        assert ("usize0_0" in src) == (dt == "uint64")
+        head, body = src.split("for i0 in range(n0):")
+        # one check per addressed length, once per call, before the loop; none per row
+        assert head.count("raise IndexError") == 2 and "raise IndexError" not in body
+        assert body.count("[i0])") == 1  # one load per row for both addressed arrays
+        assert ("+ size0_0 if j0 < 0" in body) == dt.startswith("int")  # negatives wrap (signed only)
+        assert ("np.uint64(size0_0)" in head) == (dt == "uint64")
+        # x and the buffer proven equally long: one load per row serves both
+        head, body = generate_source(same, ["float64", dt, "float64", "float64"], ["float64"]).split("for i0 in")
+        assert body.count("[i0])") == 1 and "in3.shape[0] != size0_0" in head
+    # a constant index array: its bounds are known, it is not scanned, positions never wrap
+    known = IndexedLoop(loop.scalar_op, loop.reads, loop.writes, bounds=((1, 0, 4),))
+    src = generate_source(known, ["float64", "int64", "float64", "float64"], ["float64"])
+    head, body = src.split("for i0 in range(n0):")
+    assert "for t in range" not in head and "if 4 >= size0_0:" in head and "if j0 < 0" not in body
+    with pytest.raises(ValueError, match="same_lengths"):
+        IndexedLoop(loop.scalar_op, loop.reads, loop.writes, same_lengths=(((2, 0), (3, 0)),))
 
 
 # --- the pass on the seed example --------------------------------------------------
@@ -983,7 +998,7 @@ def test_general_source_levels_and_prechecks():
     outer, inner = body.split("for i1 in range(n1):")
     assert "a1 = in2[i0, 0]" in outer and "in1[i1]" in inner
     head = src.split("for i0 in range(n0):")[0]
-    assert "if n0 == 0:" in head and "for v in in1.flat:" in head  # checked even when no row is visited
+    assert "for t in range(in1.shape[0]):" in head  # every index checked, even when no row is visited
     ev = evaluate(loop, [np.ones((0, 2)), np.array([0, 1, 1]), np.ones((0, 1))], ["float64"])
     assert ev[0] == 0.0
     with pytest.raises(IndexError):
@@ -1293,4 +1308,4 @@ def test_broadcast_reads_hoisted_before_the_loop():
     src = generate_source(loop, ["float64", "int64", "float64"], ["float64", "float64"])
     head, body = src.split("for i0 in range(n0):")
     assert "a1 = in2[0]" in head and "a1 =" not in body
-    assert "a0 = in0[j0]" in body
+    assert "a0 = in0[p1]" in body and "p1 = np.uint64(j0 + size0_0 if j0 < 0 else j0)" in body

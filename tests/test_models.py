@@ -14,7 +14,12 @@ C_THUNKS = {"wide_additive"}
 
 
 # The wide model at its default n=40 spends ~25 s compiling C thunks; its size does not change what is checked.
-TEST_SIZES = {"wide_additive": {"n": 12}, "hier_var": {"n_groups": 1}}
+TEST_SIZES = {
+    "wide_additive": {"n": 12},
+    "hier_var": {"n_groups": 1},
+    "bradley_terry_np": {"n_matches": 5000},
+    "irt_2pl_np": {"n_persons": 60},
+}
 
 
 @pytest.mark.parametrize("name", list(models.ZOO))

@@ -7,7 +7,12 @@ from pmfast import models
 import pmfast
 
 # Sizes for the tests: the defaults of the wide model compile for minutes on stock.
-TEST_SIZES = {"wide_additive": {"n": 12}, "hier_var": {"n_groups": 1}}
+TEST_SIZES = {
+    "wide_additive": {"n": 12},
+    "hier_var": {"n_groups": 1},
+    "bradley_terry_np": {"n_matches": 5000},
+    "irt_2pl_np": {"n_persons": 60},
+}
 
 
 def assert_parity(got, ref, rtol=1e-9):

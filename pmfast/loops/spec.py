@@ -197,8 +197,18 @@ class IndexedLoop:
     writes: tuple[Write, ...]
     inplace: tuple[int, ...] = field(default=())
     ndim: int | None = None
+    #: ``(index position, lo, hi)``: the smallest and largest value of an index array known when
+    #: compiling (a constant): its bounds are checked once per call, without reading it
+    bounds: tuple[tuple[int, int, int], ...] = field(default=())
+    #: groups of gathered ``(array position, axis)`` pairs proven equally long: one position per
+    #: index load serves the whole group (checked at runtime, ``ValueError``)
+    same_lengths: tuple[tuple[tuple[int, int], ...], ...] = field(default=())
 
     def __post_init__(self):
+        object.__setattr__(self, "bounds", tuple((int(p), int(lo), int(hi)) for p, lo, hi in self.bounds))
+        object.__setattr__(
+            self, "same_lengths", tuple(tuple((int(p), int(a)) for p, a in g) for g in self.same_lengths)
+        )
         nin = getattr(self.scalar_op, "nin", len(self.reads))
         nout = getattr(self.scalar_op, "nout", 1)
         if nin >= 0 and len(self.reads) != nin:  # nin == -1: variadic (Add, Mul, ...)
@@ -228,6 +238,13 @@ class IndexedLoop:
             raise ValueError("inplace positions must be write buffers")
         if self.read_positions() & set(buffers):
             raise ValueError("a write buffer is also read by the loop")
+        indices = {g.index for _, _, g in self.gathered()}
+        if any(p not in indices or lo > hi for p, lo, hi in self.bounds):
+            raise ValueError("bounds are given for index arrays only, with lo <= hi")
+        targets = {(a, ax) for a, ax, _ in self.gathered()}
+        grouped = [pair for g in self.same_lengths for pair in g]
+        if not set(grouped) <= targets or len(grouped) != len(set(grouped)):
+            raise ValueError("same_lengths groups hold distinct gathered (array, axis) pairs")
 
     # --- derived facts -------------------------------------------------
     def read_positions(self) -> set[int]:
@@ -288,7 +305,9 @@ class IndexedLoop:
         ins = ", ".join(map(str, self.reads))
         outs = "; ".join(self._write_statements(lambda k, w: f"${w.buffer}"))
         ip = f"; inplace={list(self.inplace)}" if self.inplace else ""
-        return f"{self.scalar_op}({ins}) -> {outs}{ip}"
+        bd = "".join(f"; ${p} in [{lo}, {hi}]" for p, lo, hi in self.bounds)
+        eq = "".join("; " + " == ".join(f"len(${p}, {a})" for p, a in g) for g in self.same_lengths)
+        return f"{self.scalar_op}({ins}) -> {outs}{ip}{bd}{eq}"
 
     def _dim_text(self, d: int) -> str:
         src = self.dim_source(d)

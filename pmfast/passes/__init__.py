@@ -11,6 +11,8 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
     1.61   scan_save_mem
     2      specialize
     48     add_mul_fusion    (flattens Add/Mul: anything split earlier is undone)
+  * 48.4   gather_lifting    f(x[idx]) -> f(x)[idx] for x shorter than idx; before fusion
+                             puts f into the per-row loop
   * 48.5   indexed_elemwise  sum(switch(c, x, -inf)) -> switch(c, sum(x), -inf) for a
                              loop-invariant c (pymc's parameter checks), so fusion can
                              put the checks and the terms they guard in one Composite
@@ -21,9 +23,17 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              Composite as one WideLoop (≤ 24-wide stages, one loop)
   * 49.18  indexed_elemwise  sibling Elemwise nodes reading the same gather merged
                              (capped below wide_split's chunk size)
+  * 49.19  shared_math       sigmoid/softplus of x and -x in one Composite from one
+                             exp(-|x|); after every merge, before the loop bodies
   * 49.2   indexed_elemwise  gathers + Composite + scatters (+ Sum) as one loop
   * 49.22  indexed_elemwise  left-over scatter-adds of one y as one identity loop
   * 49.25  softmax_rows      last-axis Softmax / LogSoftmax of one tensor as one row loop
+  * 49.3   vector_math       exp/log/log1p/expm1/softplus/sigmoid/erf/erfc/erfcx in every
+                             Elemwise body and fused loop as pmfast.vmath kernels (after
+                             every pass that builds scalar bodies; off: pmfast.vmath.disable())
+  * 49.34  indexed_elemwise  an Elemwise over (n, 1) columns whose body vectorizes as 1-d
+  * 49.35  indexed_elemwise  gather-free 1-d Elemwise (+ its Sum/All/Any) as one chunked
+                             loop, when vector_math made its body vectorizable
     49.5   add_destroy_handler
     50.1   local_inplace_setsubtensor (makes wide_split's Join buffer destructive)
     50.5   inplace_elemwise, scan_make_inplace

@@ -44,7 +44,10 @@ from hashlib import sha256
 
 import numpy as np
 
-from pmfast.loops.codegen import LAZY_VERSION, generate_source, lazy_composite_source, source_key
+from pmfast.loops.body import BODY_VERSION, is_vmath, op_body, vectorizable
+from pmfast.loops import threads as loop_threads
+from pmfast.loops.chunked import CHUNKED_VERSION, chunkable, generate_chunked, threadable
+from pmfast.loops.codegen import generate_source, source_key
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
 from pmfast.passes.lengths import EqualLengths
 from pmfast.passes.registry import record, register_pass
@@ -148,13 +151,7 @@ class IndexedElemwise(Op):
         return out
 
     def clone_inplace(self, buffers) -> IndexedElemwise:
-        loop = IndexedLoop(
-            self.loop.scalar_op,
-            self.loop.reads,
-            self.loop.writes,
-            tuple(sorted(set(self.loop.inplace) | set(buffers))),
-            ndim=self.loop.ndim,
-        )
+        loop = replace(self.loop, inplace=tuple(sorted(set(self.loop.inplace) | set(buffers))))
         return IndexedElemwise(loop, self.out_types)
 
     def __str__(self) -> str:
@@ -171,29 +168,48 @@ try:
         numba_funcify_ensure_cache,
         register_funcify_and_cache_key,
     )
-    from pytensor.scalar.basic import Composite, get_scalar_type
+    import numba
+    from pytensor.scalar.basic import get_scalar_type
 
-    def lazy_scalar_fn(scalar_op):
-        """A numba function for the Composite ``scalar_op`` whose expensive Switch
-        branches are evaluated only when taken (stock evaluates both), or ``None``.
+    from pmfast.loops.stack import stack_array
 
-        Every inner node is still computed by its stock numba function; only
-        the order and the skipping of unused branches differ, so the values
-        are the same bit for bit.
-        """
-        if not LAZY_SWITCH or not isinstance(scalar_op, Composite):
-            return None
-        res = lazy_composite_source(scalar_op.fgraph, func_name="lazy_scalar")
-        if res is None:
-            return None
-        src, nodes, consts = res
-        env = {"np": np}
-        for k, n in enumerate(nodes):
-            env[f"f{k}"], _ = numba_funcify_ensure_cache(n.op, node=n)
-        for k, c in enumerate(consts):
-            env[f"c{k}"] = np.dtype(c.type.dtype).type(c.data)
-        fn = compile_numba_function_src(src, "lazy_scalar", env, write_to_disk=True)
-        return numba_basic.numba_njit(fn)
+    def vmath_version() -> str:
+        from pmfast.vmath import VERSION as vmath_key
+
+        return vmath_key
+
+    def _node_fn(node, vector: bool):
+        """A scalar node's numba function: pmfast.vmath's kernel itself (the cache wrapper
+        pytensor puts around it is a call LLVM does not inline) in a vectorized loop, libm (the
+        stock op it subclasses) in a scalar one, where the kernels are slower."""
+        op = node.op
+        if is_vmath(op):
+            from pmfast.vmath import KERNELS
+            from pmfast.vmath.ops import SUBSTITUTES
+
+            if vector:
+                return KERNELS[op.kernel]
+            stock = next(b for b in type(op).__mro__ if b in SUBSTITUTES)
+            op = stock(op.output_types_preference, name=op.name)
+        return numba_funcify_ensure_cache(op, node=node)[0]
+
+    def loop_body(loop, node, vector: bool = False):
+        """The loop's scalar body as statements (:func:`pmfast.loops.body.op_body`) and their
+        globals. ``vector``: for the chunked form (every Switch a select)."""
+        in_types = [get_scalar_type(dtype=node.inputs[r.array].type.dtype) for r in loop.reads]
+        nout = getattr(loop.scalar_op, "nout", 1)
+        outs = [f"o{k}" for k in range(nout)]
+        body = op_body(loop.scalar_op, in_types, outs, lazy=LAZY_SWITCH and not vector)
+        return body, body.env(lambda n: _node_fn(n, vector))
+
+    def loop_form(loop, node):
+        """``("chunked", body, env)`` when the loop can run vectorized, else ``("plain", body, env)``."""
+        if CHUNKED and chunkable(loop):
+            body, env = loop_body(loop, node, vector=True)
+            if vectorizable(body):
+                return "chunked", body, env
+        body, env = loop_body(loop, node)
+        return "plain", body, env
 
     @register_funcify_and_cache_key(IndexedElemwise)
     def numba_funcify_IndexedElemwise(op, node, **kwargs):
@@ -201,26 +217,35 @@ try:
         scalar_inputs = [get_scalar_type(dtype=node.inputs[r.array].type.dtype)() for r in loop.reads]
         scalar_node = loop.scalar_op.make_node(*scalar_inputs)
         scalar_fn, scalar_key = numba_funcify_and_cache_key(loop.scalar_op, node=scalar_node, **kwargs)
-        lazy = None
+        env = {"np": np, "scalar_fn": scalar_fn, "stack_array": stack_array}
+        form, body = "stock", None
         try:
-            lazy = lazy_scalar_fn(loop.scalar_op)
-        except Exception:  # never fail compilation: keep the stock Composite
-            _log.debug("indexed_elemwise: lazy scalar body declined", exc_info=True)
-        if lazy is not None:
-            scalar_fn = lazy
+            form, body, body_env = loop_form(loop, node)
+            env.update(body_env)
+        except Exception:  # never fail compilation: call the stock scalar function
+            _log.debug("indexed_elemwise: inline scalar body declined", exc_info=True)
+            form, body = "stock", None
         in_dtypes = [i.type.dtype for i in node.inputs]
         out_dtypes = [o.type.dtype for o in node.outputs]
-        src = generate_source(loop, in_dtypes, out_dtypes, func_name="indexed_elemwise_loop")
-        fn = compile_numba_function_src(
-            src,
-            "indexed_elemwise_loop",
-            {"np": np, "scalar_fn": scalar_fn},
-            write_to_disk=True,
-        )
-        # The loop itself is compiled without fast-math flags: measured on the
-        # seed, pytensor's default set (contract/afn/arcp/nsz...) slows the
-        # gather/scatter loop by ~25%, and IEEE order keeps scatters and sums
-        # deterministic. The scalar function keeps pytensor's flags, as in stock.
+        name = "indexed_elemwise_loop"
+        # The loops are compiled without fast-math flags: measured on the seed, pytensor's
+        # default set (contract/afn/arcp/nsz...) slows the gather/scatter loop by ~25%, and IEEE
+        # order keeps scatters and sums deterministic. The scalar functions keep their own flags.
+        threads = 1
+        if form == "chunked":
+            body_dtypes = [o.type.dtype for o in scalar_node.outputs]
+            threads = loop_threads.THREADS if threadable(loop) else 1
+            sources = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, name, threads)
+            env["prange"] = numba.prange
+            for fname, fsrc in sources[:-1]:
+                f = compile_numba_function_src(fsrc, fname, env, write_to_disk=True)
+                flags = {"parallel": True} if fname.endswith("_blocks") else {}
+                env[fname] = numba_basic.numba_njit(f, fastmath=False, error_model="numpy", **flags)
+            src = "".join(fsrc for _, fsrc in sources)
+            fn = compile_numba_function_src(sources[-1][1], name, env, write_to_disk=True)
+        else:
+            src = generate_source(loop, in_dtypes, out_dtypes, func_name=name, body=body)
+            fn = compile_numba_function_src(src, name, env, write_to_disk=True)
         jitted = numba_basic.numba_njit(fn, fastmath=False)
         if scalar_key is None:
             key = None
@@ -236,7 +261,7 @@ try:
                         sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
-                        ("lazy", LAZY_VERSION) if lazy is not None else "stock",
+                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads),
                     )
                 ).encode()
             ).hexdigest()
@@ -256,9 +281,29 @@ _NUMERIC = "biuf"
 FUSE_SUM = True
 
 #: Evaluate the scalar Composite's Switch branches lazily when a branch owns an
-#: expensive op (``pmfast.loops.codegen.lazy_composite_source``); stock numba
-#: evaluates both. Switch off to measure without it.
+#: expensive op (``pmfast.loops.body.scalar_body``); stock numba evaluates
+#: both. Switch off to measure without it.
 LAZY_SWITCH = True
+
+#: Run 1-d loops whose body vectorizes (branch-free arithmetic and pmfast.vmath's kernels) in
+#: the chunked form (:mod:`pmfast.loops.chunked`). Switch off to measure without it.
+CHUNKED = True
+
+
+
+def will_vectorize(scalar_op) -> bool:
+    """Will a loop over ``scalar_op`` run in the chunked, vectorized form
+    (:func:`pmfast.loops.body.vectorizable`): branch-free arithmetic and pmfast.vmath ops only, at
+    least one of the latter (``vector_math``, 49.3, has run when the reduction loops are built)?"""
+    if not CHUNKED:
+        return False
+    from pmfast.loops.body import VECTOR_SAFE_OPS, _scalar_op_name, flatten_composites, is_vmath
+
+    ops = [n.op for n in flatten_composites(scalar_op.fgraph).apply_nodes] if hasattr(scalar_op, "fgraph") else [scalar_op]
+    if not all(_scalar_op_name(op) in VECTOR_SAFE_OPS or is_vmath(op) for op in ops):
+        return False
+    return any(is_vmath(op) for op in ops)
+
 
 #: Largest Elemwise ndim fused (one nested loop per dim).
 MAX_NDIM = 4
@@ -713,18 +758,20 @@ def _full_bool_reduction(client, out):
     return ALL if isinstance(c_op, All) else ANY
 
 
-def build_fused(fgraph, node):
-    """Return ``(replacements, new_node)`` for an Elemwise ``node``, or ``None`` to decline."""
-    res = _build_fused(fgraph, node, scatters=True)
+def build_fused(fgraph, node, vectorize_all: bool = False):
+    """Return ``(replacements, new_node)`` for an Elemwise ``node``, or ``None`` to decline.
+    ``vectorize_all``: also a 1-d node that gathers and scatters nothing, if its body vectorizes
+    (:func:`will_vectorize`)."""
+    res = _build_fused(fgraph, node, scatters=True, vectorize_all=vectorize_all)
     if res is _TOO_WIDE:
-        res = _build_fused(fgraph, node, scatters=False)
+        res = _build_fused(fgraph, node, scatters=False, vectorize_all=vectorize_all)
     return None if res is _TOO_WIDE else res
 
 
 _TOO_WIDE = object()
 
 
-def _build_fused(fgraph, node, scatters: bool):
+def _build_fused(fgraph, node, scatters: bool, vectorize_all: bool = False):
     op = node.op
     if not isinstance(op, Elemwise) or op.inplace_pattern:
         return None
@@ -861,7 +908,11 @@ def _build_fused(fgraph, node, scatters: bool):
             n_scatters += 1
 
     if n_gathers == 0 and n_scatters == 0:
-        return None
+        # nothing gathered or scattered: a loop pays only when it vectorizes its pmfast.vmath
+        # calls (stock's Elemwise reaches a scalar function through a call LLVM does not inline)
+        # and sums them in lanes; otherwise stock's Elemwise + vectorized Sum is as good
+        if not (vectorize_all and ndim == 1 and will_vectorize(op.scalar_op)):
+            return None
 
     # index arrays may be shared with reads; buffers always get their own slot
     spec_writes = []
@@ -879,6 +930,7 @@ def _build_fused(fgraph, node, scatters: bool):
     if len(new_inputs) > MAX_ARGS or len(spec_writes) > MAX_ARGS or len(reads) > MAX_ARGS:
         return _TOO_WIDE
     loop = IndexedLoop(op.scalar_op, tuple(reads), tuple(spec_writes), ndim=ndim)
+    loop = replace(loop, bounds=index_bounds(loop, new_inputs), same_lengths=same_lengths(fgraph, loop, new_inputs))
     new_op = IndexedElemwise(loop, out_types)
     new_node = new_op.make_node(*new_inputs)
     for old, new in zip(replaced, new_node.outputs):
@@ -887,16 +939,90 @@ def _build_fused(fgraph, node, scatters: bool):
     return list(zip(replaced, new_node.outputs)), new_node
 
 
-def _fused_pairs(fgraph, node):
+def index_bounds(loop: IndexedLoop, inputs) -> tuple:
+    """``(position, lo, hi)`` of every constant index array of ``loop`` (checked once per call,
+    never scanned)."""
+    out = []
+    for p in sorted({g.index for _, _, g in loop.gathered()}):
+        v = inputs[p]
+        if isinstance(v, Constant) and np.asarray(v.data).size:
+            data = np.asarray(v.data)
+            out.append((p, int(data.min()), int(data.max())))
+    return tuple(out)
+
+
+def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
+    """Groups of the gathered ``(array, axis)`` pairs of ``loop`` whose lengths are provably equal
+    (same variable, equal static lengths, the ShapeFeature, or the graph-wide :class:`EqualLengths`):
+    a parameter vector and its gradient buffer share one position per index load."""
+    sf = getattr(fgraph, "shape_feature", None)
+    graph = getattr(fgraph, "_pmfast_equal_lengths", None)
+
+    def equal(a, b) -> bool:
+        (va, xa), (vb, xb) = (inputs[a[0]], a[1]), (inputs[b[0]], b[1])
+        if va is vb and xa == xb:
+            return True
+        sa, sb = va.type.shape[xa], vb.type.shape[xb]
+        if sa is not None and sa == sb:
+            return True
+        return _same_shape(sf, va, xa, vb, xb) or (graph is not None and graph.same(va, xa, vb, xb))
+
+    groups: list[list] = []
+    for pair in dict.fromkeys((a, ax) for a, ax, _ in loop.gathered()):
+        for g in groups:
+            if equal(g[0], pair):
+                g.append(pair)
+                break
+        else:
+            groups.append([pair])
+    return tuple(tuple(g) for g in groups if len(g) > 1)
+
+
+def _fused_pairs(fgraph, node, vectorize_all: bool = False):
     """The replacement pairs of :func:`build_fused`, or ``None``."""
-    res = build_fused(fgraph, node)
+    res = build_fused(fgraph, node, vectorize_all)
     return None if res is None else res[0]
 
 
-class IndexedElemwiseFusion(PassRewriter):
-    """Graph rewriter: fuse every eligible Elemwise with its gathers and scatters."""
+def squeezed(node):
+    """``node``'s outputs computed by a 1-d Elemwise when all its output axes but one have static
+    length 1 (``(n, 1)`` columns), as views of the 1-d results; ``None`` otherwise."""
+    op = node.op
+    if not isinstance(op, Elemwise) or op.inplace_pattern:
+        return None
+    bc = node.outputs[0].type.broadcastable
+    keep = [d for d, b in enumerate(bc) if not b]
+    if len(bc) < 2 or len(keep) != 1:
+        return None
+    (k,) = keep
+    ins = [i.dimshuffle([k] if not i.type.broadcastable[k] else ["x"]) for i in node.inputs]
+    flat = Elemwise(op.scalar_op).make_node(*ins)
+    pattern = ["x" if d != k else 0 for d in range(len(bc))]
+    return [o.dimshuffle(pattern) for o in flat.outputs]
+
+
+class SqueezeColumns(PassRewriter):
+    """Graph rewriter: an Elemwise over an ``(n, 1)`` column whose body vectorizes runs as a 1-d
+    Elemwise (then a chunked loop, 49.35), its results viewed as columns again."""
 
     reason = PASS_NAME
+
+    def apply(self, fgraph):
+        for node in list(fgraph.toposort()):
+            if node in fgraph.apply_nodes and isinstance(node.op, Elemwise) and will_vectorize(node.op.scalar_op):
+                self.attempt(fgraph, lambda node=node: list(zip(node.outputs, squeezed(node) or [])), node)
+
+
+class IndexedElemwiseFusion(PassRewriter):
+    """Graph rewriter: fuse every eligible Elemwise with its gathers and scatters (with
+    ``vectorize_all``: also the gather-free 1-d nodes whose body vectorizes, see
+    :func:`build_fused`)."""
+
+    reason = PASS_NAME
+
+    def __init__(self, vectorize_all: bool = False):
+        super().__init__()
+        self.vectorize_all = vectorize_all
 
     def apply(self, fgraph):
         n = 0
@@ -910,7 +1036,7 @@ class IndexedElemwiseFusion(PassRewriter):
             for node in list(fgraph.toposort()):
                 if node not in fgraph.apply_nodes or not isinstance(node.op, Elemwise):
                     continue
-                n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node), node)
+                n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node, self.vectorize_all), node)
         finally:
             fgraph.__dict__.pop("_pmfast_equal_lengths", None)
         if n:
@@ -954,6 +1080,12 @@ indexed_elemwise_pass = register_pass(
 # no Elemwise or AdvancedIncSubtensor1 has been made inplace yet (we only match
 # non-inplace nodes and never have to reason about destroyed buffers here).
 indexed_elemwise_pass.register(IndexedElemwiseFusion(), 49.2, name="fusion")
+
+# Position 49.35: gather-free 1-d Elemwise nodes (a likelihood's terms, their gradient) pay as a
+# loop only when the loop vectorizes, which is known once ``vector_math`` (49.3) has put
+# pmfast.vmath ops into their bodies; still before the destroy handler (49.5).
+indexed_elemwise_pass.register(SqueezeColumns(), 49.34, name="squeeze_columns")
+indexed_elemwise_pass.register(IndexedElemwiseFusion(vectorize_all=True), 49.35, name="vector_loops")
 
 # Position 70.65: next to stock ``local_inplace_AdvancedIncSubtensor1`` (70.6),
 # after the destroy handler is attached, so the validation of the inplace

@@ -151,4 +151,7 @@ BUILTIN: list[str] = [
     "pmfast.passes.scatter_loops",
     "pmfast.passes.wide_split",
     "pmfast.passes.softmax_rows",
+    "pmfast.passes.shared_math",
+    "pmfast.passes.gather_lifting",
+    "pmfast.passes.vector_math",
 ]

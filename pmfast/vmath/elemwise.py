@@ -1,0 +1,206 @@
+"""``VmathElemwise``: an Elemwise whose scalar body calls pmfast.vmath, lowered so that LLVM vectorizes it.
+
+Stock lowering (pytensor's ``_vectorized`` intrinsic) calls ``store_core_outputs``,
+which calls the scalar body (a Composite function), which calls the kernels.
+The kernels are ``alwaysinline``, so the body function grows by their size,
+and LLVM's size threshold then keeps the body (or ``store_core_outputs``) out of
+the loop: the loop makes a call per element and never vectorizes (measured:
+``softplus`` over a vector 15 ns/element, the same kernel inlined 1.9 ns).
+This lowering is the stock one with the store function and the scalar body
+built by :func:`inlined_body`: every function of the chain compiled
+``forceinline=True`` (LLVM ``alwaysinline``), so the loop holds the whole body.
+Values are those of the stock lowering of the same scalar op (same scalar
+functions, same fastmath flags): only inlining differs.
+
+Why not the stock Composite function: pytensor wraps each inner node's function
+in a disk-cached ``*args`` forwarder whose flags numba inherits from whichever
+caller compiled it first (the cache key has no flags), so whether it is
+inlined would depend on the order things were compiled in.
+"""
+
+from __future__ import annotations
+
+from hashlib import sha256
+from textwrap import indent
+
+import numpy as np
+from pytensor.tensor.elemwise import Elemwise
+
+from pmfast.vmath import VERSION
+
+#: Part of the numba cache key; bump when this lowering changes.
+LOWERING_VERSION = 8
+#: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
+INLINE_BODY = True
+CONTIGUOUS_INPUTS = True
+#: ndim >= 2 loops whose last axis is shorter than this run flattened (see :func:`_impl_source`)
+FLAT_BELOW = 16
+
+
+class VmathElemwise(Elemwise):
+    """An Elemwise with a pmfast.vmath scalar body, lowered with the body inlined into the loop."""
+
+
+def inlined_body(scalar_op, node, **kwargs):
+    """``(njit function, cache key)`` computing ``scalar_op`` (at scalar ``node``) with every function inlined.
+
+    A Composite becomes one function over its inner graph, compiled
+    ``forceinline=True`` with pytensor's fastmath flags, calling each inner
+    node's numba function directly (nested Composites recursively); any other
+    op is its stock numba function (the vmath kernels are ``forceinline``
+    already). The key is pytensor's key of ``scalar_op`` tagged with this lowering.
+    """
+    from pytensor.link.numba.dispatch import basic as numba_basic
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_typify
+    from pytensor.link.utils import fgraph_to_python
+    from pytensor.scalar.basic import Composite
+
+    kwargs.pop("storage_map", None)
+    fn, key = numba_funcify_and_cache_key(scalar_op, node=node, **kwargs)
+    if not isinstance(scalar_op, Composite):
+        return fn, key
+
+    def convert(op, node=None, **kw):
+        return inlined_body(op, node)[0]
+
+    py_func = fgraph_to_python(
+        scalar_op.fgraph,
+        op_conversion_fn=convert,
+        type_conversion_fn=lambda value, **kw: numba_typify(value, **kw),
+        fgraph_name="vmath_body",
+        squeeze_output=True,
+    )
+    body = numba_basic.numba_njit(py_func, forceinline=True)
+    return body, None if key is None else sha256(str(("inlined", LOWERING_VERSION, key)).encode()).hexdigest()
+
+
+def _inlined_store(core_fn, nin: int, nout: int):
+    """``store(i0, ..., o0, ...)``: ``o_k[...] = core_fn(i...)[k]``, compiled ``forceinline``."""
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch import basic as numba_basic
+
+    ins = ", ".join(f"i{k}" for k in range(nin))
+    outs = ", ".join(f"o{k}" for k in range(nout))
+    tmps = ", ".join(f"t{k}" for k in range(nout))
+    stores = "\n".join(f"o{k}[...] = t{k}" for k in range(nout))
+    src = f"def store({ins}, {outs}):\n    {tmps} = core_fn({ins})\n{indent(stores, '    ')}\n"
+    fn = compile_numba_function_src(src, "store", {"core_fn": core_fn})
+    return numba_basic.numba_njit(fn, forceinline=True)
+
+
+def _impl_source(node, contiguous: bool, flat_below: int, layouts) -> str:
+    """Source of ``impl(*inputs)``, the loop: pytensor's ``_vectorized`` on the inputs.
+
+    ``contiguous``: inputs not typed C-contiguous (``layouts``: numba's layout of each
+    input) go through ``np.ascontiguousarray`` (a view when they are at run time, else a
+    copy), so the loop addresses them by shape, not by runtime strides, and LLVM
+    vectorizes it (a strided 'A'-layout input, e.g. ``Squeeze(Dot)`` or ``x[:, 0]``, keeps
+    it scalar). 0-d inputs stay as they are (the function makes them 1-d).
+
+    ``flat_below``: for ndim >= 2, when the last axis is shorter than this (an ordinal
+    model's (n, 4) cut-point differences, a (n, 1) column), the inputs are broadcast to
+    the full shape and the loop runs over them flattened: the innermost loop is the one
+    LLVM widens, and 4 elements do not fill a vector. Decided when compiling if the last
+    axis has a static length, else at run time (two loops compiled). Inputs that span
+    the whole shape are reshaped (a view), the others broadcast and copied.
+
+    Each numba overload used here is typed and lowered again in every new process
+    (numba caches user functions, not generic overloads): the source uses as few as it
+    can (measured: ~1 s of hier_logistic's cold compile when every input went through
+    ``np.broadcast_to`` and ``np.ascontiguousarray``).
+    """
+    nin, nout = len(node.inputs), len(node.outputs)
+    ndim = node.outputs[0].type.ndim
+    lines = ["def impl(*inputs):"]
+    for k, i in enumerate(node.inputs):
+        wrap = contiguous and i.type.ndim and layouts[k] != "C"
+        lines.append(f"    a{k} = np.ascontiguousarray(inputs[{k}])" if wrap else f"    a{k} = inputs[{k}]")
+    args = "".join(f"a{k}, " for k in range(nin))
+    loop = "_vectorized(store, {}, {}, dtypes_enc, inplace_enc, True, (), ({}), core_shapes, None)"
+    last = node.outputs[0].type.shape[-1] if ndim else None
+    flat = ndim >= 2 and flat_below and (last is None or last < flat_below)
+    if flat:
+        dims, checks = [], []
+        for d in range(ndim):
+            srcs = [k for k, i in enumerate(node.inputs) if not i.type.broadcastable[d]]
+            dims.append(f"a{srcs[0]}.shape[{d}]" if srcs else "1")
+            for k in srcs[1:]:  # no runtime broadcasting (stock's loop refuses it too)
+                checks += [f"if a{k}.shape[{d}] != shape[{d}]:",
+                           "    raise ValueError('Vectorized inputs have incompatible shapes')"]
+        body = [f"shape = ({', '.join(dims)},)", *checks, f"size = {' * '.join(f'shape[{d}]' for d in range(ndim))}"]
+        out_shape = node.outputs[0].type.shape
+
+        def flat_arg(k, i):
+            whole = i.type.ndim == ndim and all(not b or out_shape[d] == 1 for d, b in enumerate(i.type.broadcastable))
+            return f"a{k}.reshape(size), " if whole else f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).reshape(size), "
+
+        flat_args = "".join(flat_arg(k, i) for k, i in enumerate(node.inputs))
+        body.append(f"r = {loop.format('flat_bc_enc', 'flat_out_bc_enc', flat_args)}")
+        body.append("return r.reshape(shape)" if nout == 1 else
+                    f"return ({''.join(f'r[{o}].reshape(shape), ' for o in range(nout))})")
+        if last is None:  # decided at run time: two loops compiled
+            lines.append(f"    if {dims[-1]} < {flat_below}:")
+            lines += [f"        {ln}" for ln in body]
+        else:  # a static last axis decides now: one loop
+            lines += [f"    {ln}" for ln in body]
+    if not flat or last is None:
+        lines.append(f"    return {loop.format('in_bc_enc', 'out_bc_enc', args)}")
+    return "\n".join(lines) + "\n"
+
+
+def _register_numba() -> None:
+    from numba.core.extending import overload
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
+    from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals, store_core_outputs
+    from pytensor.scalar.basic import get_scalar_type
+
+    @register_funcify_and_cache_key(VmathElemwise)
+    def numba_funcify_VmathElemwise(op, node, **kwargs):
+        scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
+        nin, nout = len(node.inputs), len(node.outputs)
+        inline, contiguous_inputs = INLINE_BODY, CONTIGUOUS_INPUTS
+        if inline:
+            scalar_fn, scalar_key = inlined_body(op.scalar_op, scalar_node, **kwargs)
+            store = _inlined_store(scalar_fn, nin, nout)
+        else:
+            scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node, **kwargs)
+            store = store_core_outputs(scalar_fn, nin=nin, nout=nout)
+        in_bc = tuple(i.type.broadcastable for i in node.inputs)
+        out_bc = tuple(o.type.broadcastable for o in node.outputs)
+        out_dtypes = tuple(o.type.dtype for o in node.outputs)
+        in_bc_enc, out_bc_enc, dtypes_enc, inplace_enc = (
+            encode_literals(v) for v in (in_bc, out_bc, out_dtypes, tuple(op.inplace_pattern.items()))
+        )
+        core_shapes = ((),) * nout
+
+        def elemwise(*inputs):
+            """Reference (Python) implementation; numba uses the overload."""
+            Elemwise._check_runtime_broadcast(node, inputs)
+            bc = np.broadcast_arrays(*inputs)
+            outs = [np.empty(bc[0].shape, dtype=d) for d in out_dtypes]
+            for idx in np.ndindex(bc[0].shape):
+                vals = scalar_fn(*(a[idx] for a in bc))
+                for out, v in zip(outs, vals if nout > 1 else (vals,), strict=True):
+                    out[idx] = v
+            return outs[0] if nout == 1 else outs
+
+        flat_bc_enc, flat_out_bc_enc = encode_literals(((False,),) * nin), encode_literals(((False,),) * nout)
+        env = {"np": np, "_vectorized": _vectorized, "store": store, "in_bc_enc": in_bc_enc, "out_bc_enc": out_bc_enc,
+               "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc, "core_shapes": core_shapes,
+               "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc}
+
+        @overload(elemwise)
+        def ov_elemwise(*inputs):
+            layouts = [getattr(t, "layout", None) for t in inputs]
+            src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0, layouts)
+            return compile_numba_function_src(src, "impl", dict(env))
+
+        if scalar_key is None:
+            return elemwise, None
+        key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs, FLAT_BELOW,
+               tuple(op.inplace_pattern.items()), in_bc, scalar_key)
+        return elemwise, sha256(str(key).encode()).hexdigest()
+
+
+_register_numba()

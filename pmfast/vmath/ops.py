@@ -1,0 +1,112 @@
+"""pytensor scalar ops whose numba implementation is a pmfast.vmath kernel.
+
+Each op is a subclass of the stock scalar op it replaces (``VmathExp(Exp)``, ...):
+same ``impl``, gradient, C code and output types, so every backend but numba
+and every rewrite that tests ``isinstance`` sees the stock op; only the numba
+dispatch differs (registered here for each subclass). The ops compare unequal
+to the stock ones (``ScalarOp.__eq__`` compares types), so a libm node and a
+vmath node never merge, and their numba cache key includes the kernel name and
+:data:`pmfast.vmath.VERSION` (a change to any vmath source changes every key).
+
+:func:`vmath_scalar_op` rewrites a scalar op (a Composite recursively) to use
+them; the ``vector_math`` pass applies it to the graph.
+"""
+
+from __future__ import annotations
+
+from hashlib import sha256
+
+import pytensor.scalar.basic as ps
+import pytensor.scalar.math as psm
+from pytensor.scalar.basic import Composite
+
+from pmfast.vmath import KERNELS, VERSION
+
+
+class VmathOp:
+    """Mixin of the scalar ops computed by the pmfast.vmath kernel ``kernel``."""
+
+    kernel: str
+
+
+def _subclass(stock: type, kernel: str) -> type:
+    name = f"Vmath{stock.__name__}"
+    return type(name, (VmathOp, stock), {"kernel": kernel, "__module__": __name__, "__qualname__": name})
+
+
+VmathExp = _subclass(ps.Exp, "exp")
+VmathExpm1 = _subclass(ps.Expm1, "expm1")
+VmathLog = _subclass(ps.Log, "log")
+VmathLog1p = _subclass(ps.Log1p, "log1p")
+VmathSoftplus = _subclass(psm.Softplus, "softplus")
+VmathSigmoid = _subclass(psm.Sigmoid, "sigmoid")
+VmathErf = _subclass(psm.Erf, "erf")
+VmathErfc = _subclass(psm.Erfc, "erfc")
+VmathErfcx = _subclass(psm.Erfcx, "erfcx")
+
+#: stock scalar op type -> its vmath subclass
+SUBSTITUTES: dict[type, type] = {
+    ps.Exp: VmathExp,
+    ps.Expm1: VmathExpm1,
+    ps.Log: VmathLog,
+    ps.Log1p: VmathLog1p,
+    psm.Softplus: VmathSoftplus,
+    psm.Sigmoid: VmathSigmoid,
+    psm.Erf: VmathErf,
+    psm.Erfc: VmathErfc,
+    psm.Erfcx: VmathErfcx,
+}
+
+
+def _float64(dtypes) -> bool:
+    return all(str(d) == "float64" for d in dtypes)
+
+
+def vmath_scalar_op(op, in_dtypes, out_dtypes):
+    """``op`` computed with pmfast.vmath where it can be, or ``None`` if nothing changes.
+
+    A stock op of :data:`SUBSTITUTES` with float64 inputs and outputs becomes its
+    subclass; a Composite is rebuilt with its inner nodes converted (nested
+    Composites too). Other dtypes keep libm (the kernels are float64).
+    """
+    if type(op) in SUBSTITUTES:
+        if not (_float64(in_dtypes) and _float64(out_dtypes)):
+            return None
+        return SUBSTITUTES[type(op)](op.output_types_preference, name=f"vmath_{op.name or SUBSTITUTES[type(op)].kernel}")
+    if not isinstance(op, Composite):
+        return None
+    inner = op.fgraph
+    mapping = {v: v.type() for v in inner.inputs}
+    changed = False
+    for node in inner.toposort():
+        new = vmath_scalar_op(node.op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs])
+        changed |= new is not None
+        new_node = (new or node.op).make_node(*[mapping.get(i, i) for i in node.inputs])
+        mapping.update(zip(node.outputs, new_node.outputs, strict=True))
+    if not changed:
+        return None
+    return Composite([mapping[v] for v in inner.inputs], [mapping[v] for v in inner.outputs])
+
+
+def contains_vmath(op) -> bool:
+    """Whether the scalar op is (or a Composite contains) a vmath op."""
+    if isinstance(op, VmathOp):
+        return True
+    return isinstance(op, Composite) and any(contains_vmath(n.op) for n in op.fgraph.apply_nodes)
+
+
+def cache_key(op) -> str:
+    return sha256(str(("pmfast.vmath", op.kernel, VERSION)).encode()).hexdigest()
+
+
+def _register_numba() -> None:
+    from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+
+    def numba_funcify_vmath(op, node=None, **kwargs):
+        return KERNELS[op.kernel], cache_key(op)
+
+    for cls in SUBSTITUTES.values():
+        register_funcify_and_cache_key(cls)(numba_funcify_vmath)
+
+
+_register_numba()
