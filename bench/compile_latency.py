@@ -26,7 +26,7 @@ def worker(model_spec: str, side: str, passes: str) -> dict:
     import nutpie
 
     import pmfast
-    from pmfast import wrappers
+    from pmfast.compiler import cache
     from pmfast.loading import load_model
 
     t_import = time.perf_counter() - t0
@@ -42,7 +42,7 @@ def worker(model_spec: str, side: str, passes: str) -> dict:
         "compile_s": time.perf_counter() - t0,
         "import_s": t_import,
         "timings": timings,
-        "wrapper_cache": dict(wrappers.stats),
+        "cache": dict(cache.stats),
         "n_dim": int(compiled.n_dim),
     }
 

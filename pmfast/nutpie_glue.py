@@ -2,8 +2,10 @@
 
 ``nutpie.compile_pymc_model`` hard-codes the ``"NUMBA"`` mode. To compile with
 a pmfast mode we repeat its numba path here with the mode as a parameter,
-using the same private helpers it uses. ``tests/test_nutpie_glue.py`` fails
-loudly when nutpie changes any of them.
+using the same private helpers it uses to build the graphs, the initial point
+and the coordinates; the callbacks nutpie calls are pmfast's
+(:mod:`pmfast.compiler`). ``tests/test_nutpie_glue.py`` fails loudly when
+nutpie changes any of the helpers.
 """
 
 from __future__ import annotations
@@ -22,8 +24,7 @@ NUTPIE_VERSION = "0.16.8"
 PRIVATE_HELPERS = (
     "_make_functions",
     "make_user_data",
-    "_make_c_logp_func",
-    "_make_c_expand_func",
+    "update_user_data",
     "_prepare_dims_and_coords",
     "CompiledPyMCModel",
 )
@@ -46,6 +47,8 @@ class PmfastCompiledModel(_np_compile.CompiledPyMCModel):
 
     passes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    kernels: tuple = ()
+    """The compiled entries (:class:`pmfast.compiler.entry.Entry`); ``user_data`` holds their addresses."""
 
 
 def _with_lock(func):
@@ -70,17 +73,25 @@ def compile_numba(
     var_names=None,
     freeze_model: bool | None = None,
     stage=None,
-    **cfunc_kwargs,
+    **unknown,
 ) -> PmfastCompiledModel:
     """``nutpie.compile_pymc_model(model, backend="numba")`` with ``mode`` instead of ``"NUMBA"``.
 
-    ``stage(name)`` is a context manager factory used to report compile stages.
+    ``stage(name, seconds_or_None)`` is called when a compile stage starts and ends.
     """
-    from pmfast import wrappers
+    if unknown:
+        raise TypeError(
+            f"pmfast.compile got unexpected options {sorted(unknown)} "
+            "(nutpie passes these to numba.cfunc; pmfast compiles its callbacks itself)"
+        )
     from pymc.initial_point import make_initial_point_fn
+
+    from pmfast import compiler
+    from pmfast.compiler import callbacks, entry
     from pymc.model.transform.optimization import freeze_dims_and_data
 
     check_nutpie()
+    compiler.setup()
     timings: dict[str, float] = {}
 
     def timed(name):
@@ -123,35 +134,22 @@ def compile_numba(
         seen.add(val)
     for val in shared_data.values():
         val.flags.writeable = False
-    user_data = _np_compile.make_user_data(shared_vars, shared_data)
+    user_data = callbacks.with_header(_np_compile.make_user_data(shared_vars, shared_data))
 
-    callbacks = {
-        "logp+grad": wrappers.logp_wrapper(
-            n_dim,
-            logp_fn_pt.vm.jit_fn,
-            user_data,
-            [v.name for v in logp_fn_pt.get_shared()],
-            shared_data,
-            **cfunc_kwargs,
-        ),
-        "expand": wrappers.expand_wrapper(
-            n_dim,
-            n_expanded,
-            expand_fn_pt.vm.jit_fn,
-            user_data,
-            [v.name for v in expand_fn_pt.get_shared()],
-            shared_data,
-            **cfunc_kwargs,
-        ),
-    }
-    cfuncs = {}
-    for name, wrapper in callbacks.items():
-        if not wrapper.cached:
-            with timed(f"numba: {name} kernel"):
-                wrapper.compile_kernel()
-        with timed(f"numba: {name} wrapper" + (" (cached)" if wrapper.cached else "")):
-            cfuncs[name] = wrapper.compile(**cfunc_kwargs)
-    logp_cfunc, expand_cfunc = cfuncs["logp+grad"], cfuncs["expand"]
+    def spec(kind, fn, n_out):
+        names = [v.name for v in fn.get_shared()]
+        return entry.describe(kind, fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_out)
+
+    entries = {}
+    for kind, label, fn, n_out in (("logp", "logp+grad", logp_fn_pt, n_dim), ("expand", "expand", expand_fn_pt, n_expanded)):
+        with timed(f"numba: {label} kernel") as t:
+            entries[kind] = entry.compile_entry(spec(kind, fn, n_out), fn)
+            t.rename(f"numba: {label} kernel" + (" (cached)" if entries[kind].cache_hit else ""))
+    with timed("numba: logp+grad wrapper") as t:
+        cfuncs = callbacks.compiled()
+        t.rename("numba: logp+grad wrapper (cached)" if all(c.cache_hits for c in cfuncs.values()) else "numba: logp+grad wrapper")
+    callbacks.set_header(user_data, entries["logp"].address, entries["expand"].address, n_dim, n_expanded)
+    logp_cfunc, expand_cfunc = cfuncs["logp"], cfuncs["expand"]
 
     dims, coords = _np_compile._prepare_dims_and_coords(model, shape_info)
     return PmfastCompiledModel(
@@ -170,6 +168,7 @@ def compile_numba(
         expand_func=expand_fn_pt,
         passes=tuple(passes),
         timings=timings,
+        kernels=(entries["logp"], entries["expand"]),
     )
 
 
@@ -181,6 +180,11 @@ class _Timed:
         if self.stage is not None:
             self.stage(self.name, None)
         self.t0 = time.perf_counter()
+        return self
+
+    def rename(self, name):
+        """Report the stage under ``name`` (e.g. once it is known to be a cache load)."""
+        self.name = name
 
     def __exit__(self, *exc):
         self.timings[self.name] = time.perf_counter() - self.t0

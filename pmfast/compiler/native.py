@@ -1,0 +1,127 @@
+"""numba intrinsics the generated entry points and callbacks are made of.
+
+Intrinsics are lowered straight to LLVM IR: unlike numba's generic
+overloads (``numba.carray``, ``np.all``…) they have no implementation to
+type and compile in every new process, which is what makes them the cheap
+way to write glue code (see :mod:`pmfast.compiler.overloads`).
+"""
+
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array, populate_array
+
+#: Field index of the unwrap function in numba's ``excinfo_t`` (non-null for a dynamic exception).
+_EXC_UNWRAP_FIELD = 3
+_EXC_ARGS_FIELD = 2
+
+
+def _dtype_of(dtype):
+    if isinstance(dtype, types.NumberClass):
+        return dtype.dtype
+    if isinstance(dtype, types.DType):
+        return dtype.dtype
+    if isinstance(dtype, types.TypeRef):
+        return dtype.instance_type
+    return None
+
+
+@intrinsic
+def view(typingctx, address, shape, dtype):
+    """``view(address, shape, dtype)``: a C-contiguous array over memory owned by someone else.
+
+    ``address`` is an integer or a pointer, ``shape`` an integer or a tuple of
+    integers, ``dtype`` a numpy scalar type (``np.float64``). No meminfo: the
+    array never owns or frees the memory (``numba.carray`` without its
+    overload to compile).
+    """
+    dt = _dtype_of(dtype)
+    if dt is None or not isinstance(address, (types.Integer, types.CPointer, types.RawPointer)):
+        return None
+    shapes = list(shape) if isinstance(shape, types.BaseTuple) else [shape]
+    if not all(isinstance(s, types.Integer) for s in shapes):
+        return None
+    arrty = types.Array(dt, len(shapes), "C")
+
+    def codegen(context, builder, sig, args):
+        address, shape, _ = args
+        ary = make_array(arrty)(context, builder)
+        ptrty = context.get_data_type(dt).as_pointer()
+        if isinstance(sig.args[0], types.Integer):
+            data = builder.inttoptr(address, ptrty)
+        else:
+            data = builder.bitcast(address, ptrty)
+        values = cgutils.unpack_tuple(builder, shape) if isinstance(sig.args[1], types.BaseTuple) else [shape]
+        dims = [context.cast(builder, v, t, types.intp) for v, t in zip(values, shapes)]
+        itemsize = context.get_abi_sizeof(context.get_data_type(dt))
+        strides, step = [], cgutils.intp_t(itemsize)
+        for d in reversed(dims):
+            strides.append(step)
+            step = builder.mul(step, d)
+        populate_array(ary, data=data, shape=dims, strides=list(reversed(strides)), itemsize=cgutils.intp_t(itemsize), meminfo=None)
+        return ary._getvalue()
+
+    return arrty(address, shape, dtype), codegen
+
+
+def _native_call(context, builder, address, argtys, args, error_code):
+    """Call the numba-compiled function at ``address`` (numba's calling convention) returning int64.
+
+    Its status is checked here instead of propagated: an exception raised
+    inside becomes ``error_code`` (a dynamic exception's heap-allocated info is
+    freed), so the caller needs no try/except.
+    """
+    call_conv = context.call_conv
+    fnty = call_conv.get_function_type(types.int64, argtys)
+    fn = builder.inttoptr(address, fnty.as_pointer())
+    retty = context.get_value_type(types.int64)
+    ret = cgutils.alloca_once_value(builder, retty(0))
+    excinfo_t = fnty.args[1].pointee
+    excinfo = cgutils.alloca_once_value(builder, excinfo_t(None))
+    packed = list(call_conv._get_arg_packer(argtys).as_arguments(builder, args))
+    code = builder.call(fn, [ret, excinfo, *packed])
+    ok = builder.icmp_signed("==", code, code.type(0))
+    with builder.if_then(builder.not_(ok), likely=False):
+        info = builder.load(excinfo)
+        with builder.if_then(cgutils.is_not_null(builder, info)):
+            unwrap = builder.load(builder.gep(info, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), _EXC_UNWRAP_FIELD)]))
+            with builder.if_then(cgutils.is_not_null(builder, unwrap)):
+                exc_args = builder.load(builder.gep(info, [ir.Constant(ir.IntType(32), 0), ir.Constant(ir.IntType(32), _EXC_ARGS_FIELD)]))
+                with builder.if_then(cgutils.is_not_null(builder, exc_args)):
+                    context.nrt.free(builder, exc_args)
+                context.nrt.free(builder, builder.bitcast(info, cgutils.voidptr_t))
+    return builder.select(ok, builder.load(ret), retty(error_code))
+
+
+def _typed_call(address, error_code, args):
+    if not isinstance(address, types.Integer) or not isinstance(error_code, types.IntegerLiteral):
+        return None
+    code, argtys = error_code.literal_value, list(args)
+
+    def codegen(context, builder, sig, llargs):
+        return _native_call(context, builder, llargs[0], argtys, llargs[2:], code)
+
+    return types.int64(address, error_code, *args), codegen
+
+
+@intrinsic(prefer_literal=True)
+def call_native3(typingctx, address, error_code, a0, a1, a2):
+    """``call_native3(address, error_code, a0, a1, a2)``: call the numba function at ``address``.
+
+    Its result is ``int64``; an exception it raises returns ``error_code``.
+    """
+    return _typed_call(address, error_code, (a0, a1, a2))
+
+
+@intrinsic(prefer_literal=True)
+def call_native4(typingctx, address, error_code, a0, a1, a2, a3):
+    """:func:`call_native3` with four arguments."""
+    return _typed_call(address, error_code, (a0, a1, a2, a3))
+
+
+def native_address(dispatcher, sig) -> int:
+    """Address of the compiled ``dispatcher`` for ``sig`` under numba's calling convention."""
+    cres = dispatcher.overloads[tuple(sig.args)]
+    return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)

@@ -1,0 +1,73 @@
+"""Cheaper numba implementations of generic code paths every new process would otherwise compile.
+
+numba caches user functions on disk, not the generic overloads a new function
+needs: each process types and lowers those again. One of them dominated the
+profile of a cold compile (``bench/compile_profile.py``): every array slice
+assignment (``a[...] = b``, used by pytensor's Alloc, Join, IncSubtensor,
+output stores…) carries an error path, ``raise_with_shape_context``, that
+formats both shapes into the message with numba's unicode machinery
+(``str(int)``, ``str.join``, concatenation, code-point helpers…). Compiling
+that machinery, and re-optimising it inside every function that links it,
+cost ~5 of radon_intercept's 12 cold CPU seconds.
+
+:func:`install` replaces the CPU target's implementation of that error path
+with one that raises :class:`SliceShapeError` carrying the two shapes as
+exception arguments (numba's dynamic exceptions: no string code is compiled);
+Python formats the message when the exception reaches it. It is a
+``ValueError`` with numba's message, word for word. Process-wide and
+idempotent; :data:`VERSION` goes into every cache key pmfast writes.
+"""
+
+from __future__ import annotations
+
+#: Bump when an installed implementation changes (part of pmfast's cache keys).
+VERSION = 1
+
+_installed = False
+
+
+class SliceShapeError(ValueError):
+    """numba's slice-assignment shape mismatch, formatted in Python."""
+
+    def __init__(self, src_shape, index_shape):
+        super().__init__(f"cannot assign slice of shape {tuple(src_shape)} from input of shape {tuple(index_shape)}")
+        self.shapes = (tuple(src_shape), tuple(index_shape))
+
+    def __reduce__(self):
+        return type(self), self.shapes
+
+
+def _raise_with_shape_context(src_shapes, index_shape):
+    """Typing of numba's ``raise_with_shape_context`` (CPU target) without string formatting."""
+    from numba.core import types
+
+    if (
+        isinstance(src_shapes, types.UniTuple)
+        and isinstance(index_shape, types.UniTuple)
+        and src_shapes.dtype == index_shape.dtype
+        and isinstance(src_shapes.dtype, types.Integer)
+    ):
+
+        def impl(src_shapes, index_shape):
+            raise SliceShapeError(src_shapes, index_shape)
+
+        return impl
+    return None
+
+
+def install() -> None:
+    """Replace the overloads listed in this module's docstring (once per process)."""
+    global _installed
+    if _installed:
+        return
+    from numba.core.registry import cpu_target
+    from numba.np import arrayobj
+
+    typing = cpu_target.typing_context
+    typing.refresh()
+    templates = typing.resolve_value_type(arrayobj.raise_with_shape_context).templates
+    cpu = [t for t in templates if getattr(t, "metadata", {}).get("target") == "CPU"]
+    if len(cpu) != 1:
+        raise RuntimeError(f"numba's raise_with_shape_context has {len(cpu)} CPU overloads, expected 1")
+    cpu[0]._overload_func = staticmethod(_raise_with_shape_context)
+    _installed = True
