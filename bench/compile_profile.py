@@ -38,6 +38,7 @@ class Recorder:
         self.llvm_by_func: dict = defaultdict(float)
         self.llvm_by_phase: dict = defaultdict(float)
         self.cache_loads: dict = defaultdict(float)
+        self.llvm_steps: dict = defaultdict(float)
 
     def push(self, func, phase):
         self.stack.append([func, phase, time.thread_time(), 0.0])
@@ -99,6 +100,25 @@ class Recorder:
 
         Cache.load_overload = load_overload
 
+        from numba.core import codegen
+
+        def timed(cls, name, label):
+            orig = getattr(cls, name)
+
+            def wrapper(*args, **kwargs):
+                t0 = time.thread_time()
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    rec.llvm_steps[label] += time.thread_time() - t0
+
+            setattr(cls, name, wrapper)
+
+        timed(codegen.CPUCodeLibrary, "_optimize_functions", "function passes")
+        timed(codegen.CPUCodeLibrary, "_optimize_final_module", "module passes")
+        timed(codegen.JITCodeLibrary, "_finalize_specific", "machine code")
+        timed(codegen.CPUCodeLibrary, "add_ir_module", "parse + function passes")
+
     def summary(self, top: int):
         by_phase = defaultdict(float)
         by_func = defaultdict(lambda: defaultdict(float))
@@ -110,6 +130,7 @@ class Recorder:
             "by_phase": dict(by_phase),
             "llvm_total": self.llvm,
             "llvm_by_phase": dict(self.llvm_by_phase),
+            "llvm_steps": dict(self.llvm_steps),
             "n_functions": len(by_func),
             "cache_load_total": sum(self.cache_loads.values()),
             "n_cache_loads": len(self.cache_loads),
@@ -169,7 +190,7 @@ def main(argv=None):
     for k, v in r["timings"].items():
         print(f"  stage {k:<36}{v:7.2f}")
     print(f"  numba functions compiled: {r['n_functions']}; cache loads {r['n_cache_loads']} ({r['cache_load_total']:.2f} s)")
-    print(f"  inside LLVM (lock held): {r['llvm_total']:.2f} s")
+    print(f"  inside LLVM (lock held): {r['llvm_total']:.2f} s; " + ", ".join(f"{k} {v:.2f}" for k, v in r["llvm_steps"].items()))
     for k, v in sorted(r["by_phase"].items(), key=lambda kv: -kv[1]):
         print(f"  phase {k:<36}{v:7.2f}  (of which in LLVM {r['llvm_by_phase'].get(k, 0):.2f})")
     print(f"  {'function':<60}{'total':>7}{'typing':>8}{'lower':>8}{'llvm':>7}")

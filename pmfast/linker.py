@@ -124,10 +124,24 @@ class _State:
         self.deduped = 0
 
 
-def _salt(key, salt_needed: bool):
-    if key is None or not salt_needed:
+def compile_salt() -> str:
+    """Suffix of every cache key this linker writes: pmfast's code generation and numba overloads.
+
+    Functions compiled under pmfast's numba overloads and op implementations
+    (:mod:`pmfast.compiler`) never share cache entries with stock pytensor,
+    and a pmfast version change never loads an entry an older one wrote.
+    """
+    from pmfast import __version__
+    from pmfast.compiler import ops, overloads
+
+    return f"pmfast{__version__}_ov{overloads.VERSION}_ops{ops.VERSION}"
+
+
+def _salt(key, chunked: bool):
+    if key is None:
         return key
-    return f"{key}_pmfast_chunked{VERSION}"
+    key = f"{key}_{compile_salt()}"
+    return f"{key}_pmfast_chunked{VERSION}" if chunked else key
 
 
 @contextlib.contextmanager
@@ -135,7 +149,9 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
     """Patch pytensor's source compilers / key functions in every module that imported them."""
     import pytensor.link.numba.dispatch  # noqa: F401  (all dispatchers registered before we patch)
     import pytensor.link.utils as link_utils
+    from pytensor import config
     from pytensor.link.numba import cache as nb_cache
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
     from pytensor.link.numba.dispatch import basic as nb_basic
 
     orig_cfs = link_utils.compile_function_src
@@ -151,11 +167,14 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
     def compile_numba_function_src(src, function_name, global_env=None, local_env=None, write_to_disk=False, cache_key=None):
         new, n = chunk_source(src)
         state.chunked += n
-        return orig_cnfs(new, function_name, global_env, local_env, write_to_disk, _salt(cache_key, n > 0))
+        return orig_cnfs(new, function_name, global_env, local_env, write_to_disk, _salt(cache_key, n > 0) if n else cache_key)
 
     def numba_funcify_and_cache_key(op, *args, **kwargs):
+        from pmfast.compiler import ops
+
         before = state.chunked
-        fn, key = orig_key(op, *args, **kwargs)
+        ours = ops.funcify_and_cache_key(op, kwargs.get("node"))
+        fn, key = ours if ours is not None else orig_key(op, *args, **kwargs)
         key = _salt(key, state.chunked > before)
         if optnone_fgraph is not None and op is optnone_fgraph:
             # the graph function is straight-line calls: don't let LLVM inline
@@ -165,12 +184,20 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
         return fn, key
 
     def numba_funcify_ensure_cache(op, *args, **kwargs):
-        fn, key = orig_ensure(op, *args, **kwargs)
+        from pmfast.compiler import ops
+
         node = kwargs.get("node")
+        ours = ops.funcify_and_cache_key(op, node) if config.numba__cache else None
+        if ours is not None and ours[1] is not None:
+            # generated from source with globals only: numba caches it as is (no *args wrapper)
+            fn, key = ours
+            key = _salt(key, False)
+            CACHED_SRC_FUNCTIONS[fn.py_func] = f"{key}_fastmath{int(config.numba__fastmath)}"
+            fn = nb_basic.numba_njit(fn.py_func, cache=True)
+        else:
+            fn, key = orig_ensure(op, *args, **kwargs)
         if not dedup or key is None or node is None:
             return fn, key
-        from pytensor import config
-
         # numba's cache is keyed by (key, signature): some keys leave the arity
         # or types to the signature (MakeVector's is its dtype only), so ours
         # includes the node's input and output types.

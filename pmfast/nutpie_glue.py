@@ -86,9 +86,10 @@ def compile_numba(
         )
     from pymc.initial_point import make_initial_point_fn
 
-    from pmfast import compiler
-    from pmfast.compiler import callbacks, entry
     from pymc.model.transform.optimization import freeze_dims_and_data
+
+    from pmfast import compiler
+    from pmfast.compiler import callbacks, entry, parallel
 
     check_nutpie()
     compiler.setup()
@@ -140,11 +141,22 @@ def compile_numba(
         names = [v.name for v in fn.get_shared()]
         return entry.describe(kind, fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_out)
 
+    prepared = {
+        "logp": entry.prepare_entry(spec("logp", logp_fn_pt, n_dim), logp_fn_pt),
+        "expand": entry.prepare_entry(spec("expand", expand_fn_pt, n_expanded), expand_fn_pt),
+    }
+    # the expand entry compiles in a forked process (the other core) while this one compiles logp+grad
+    expand = prepared["expand"]
+    child = parallel.fork(expand.compile) if expand.key is not None and not expand.in_cache() else None
     entries = {}
-    for kind, label, fn, n_out in (("logp", "logp+grad", logp_fn_pt, n_dim), ("expand", "expand", expand_fn_pt, n_expanded)):
-        with timed(f"numba: {label} kernel") as t:
-            entries[kind] = entry.compile_entry(spec(kind, fn, n_out), fn)
-            t.rename(f"numba: {label} kernel" + (" (cached)" if entries[kind].cache_hit else ""))
+    with timed("numba: logp+grad kernel") as t:
+        entries["logp"] = prepared["logp"].compile()
+        t.rename("numba: logp+grad kernel" + (" (cached)" if entries["logp"].cache_hit else ""))
+    with timed("numba: expand kernel") as t:
+        if child is not None:
+            child.wait()
+        entries["expand"] = prepared["expand"].compile()
+        t.rename("numba: expand kernel" + (" (cached)" if entries["expand"].cache_hit else "") + (" (in parallel)" if child else ""))
     with timed("numba: logp+grad wrapper") as t:
         cfuncs = callbacks.compiled()
         t.rename("numba: logp+grad wrapper (cached)" if all(c.cache_hits for c in cfuncs.values()) else "numba: logp+grad wrapper")
@@ -190,3 +202,45 @@ class _Timed:
         self.timings[self.name] = time.perf_counter() - self.t0
         if self.stage is not None and exc[0] is None:
             self.stage(self.name, self.timings[self.name])
+
+
+def logp_kernel(fn):
+    """The sampler's logp+grad path for a compiled pytensor function ``fn(x) -> [logp, grad]``.
+
+    ``fn`` is what :func:`pmfast.logp_dlogp_function` returns. Builds nutpie's
+    ``user_data`` for its shared variables, compiles the entry
+    (:mod:`pmfast.compiler.entry`) and returns ``kernel(x) -> (code, logp, grad)``
+    calling the model-independent callback exactly as nutpie does. For tests
+    and benchmarks of the code nutpie runs.
+    """
+    from pmfast import compiler
+    from pmfast.compiler import callbacks, entry
+
+    compiler.setup()
+    shared = list(fn.get_shared())
+    shared_data = {v.name: np.array(v.get_value(), order="C", copy=True) for v in shared}
+    user_data = callbacks.with_header(_np_compile.make_user_data({v.name: v for v in shared}, shared_data))
+    n_dim = int(fn.maker.fgraph.inputs[0].type.shape[0])
+    names = [v.name for v in shared]
+    spec = entry.describe("logp", fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_dim)
+    compiled = entry.compile_entry(spec, fn)
+    cfunc = callbacks.compiled()["logp"]
+    callbacks.set_header(user_data, compiled.address, 0, n_dim, 0)
+
+    class Kernel:
+        entry = compiled
+        user_data_ = user_data
+        data = shared_data
+
+        def __call__(self, x):
+            model = _Callbacks(n_dim, cfunc, user_data)
+            return callbacks.logp_at(model, x)
+
+    return Kernel()
+
+
+@dataclass(frozen=True)
+class _Callbacks:
+    n_dim: int
+    compiled_logp_func: object
+    user_data: np.ndarray

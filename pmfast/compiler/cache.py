@@ -14,12 +14,19 @@
   is a warning, not an error.
 * **Concurrent writers.** numba writes every file to a temporary name and
   renames it into place, and treats a data file missing behind an index as a
-  miss, so two processes compiling the same function into one cache both
-  succeed (``tests/test_compile_cache.py`` runs two at once).
+  miss. But a save reads the function's index, picks a free data file name
+  and writes both: two processes saving two signatures of one function at
+  once could both pick ``.1.nbc``, and the index could end up pointing one
+  signature at the other's code. :func:`install` holds an exclusive file lock
+  (``<index>.lock``) around each save. Two processes compiling the same model
+  into one cache both succeed with equal results
+  (``tests/test_compile_cache.py``), as do pmfast's forked compiles
+  (:mod:`pmfast.compiler.parallel`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -37,6 +44,22 @@ def _entry_files(cache) -> list[str]:
     cache_file = cache._cache_file
     pattern = cache_file._data_name_pattern.replace("{number:d}", "*")
     return [cache_file._index_path, *glob.glob(os.path.join(cache_file._cache_path, glob.escape(pattern).replace(r"[*]", "*")))]
+
+
+@contextlib.contextmanager
+def _locked(path: str):
+    """An exclusive advisory lock on ``path`` (created if needed); no lock where ``fcntl`` is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def install() -> None:
@@ -63,7 +86,8 @@ def install() -> None:
 
     def save_overload(self, sig, data):
         try:
-            save(self, sig, data)
+            with _locked(self._cache_file._index_path + ".lock"):
+                save(self, sig, data)
         except Exception as err:
             log.warning("pmfast: could not save numba cache entry %s (%s: %s)", self._name, type(err).__name__, err)
             stats["unsaved"] += 1

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -261,8 +262,32 @@ def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -
     return "pmfast_entry_" + hashlib.sha256(repr(ident).encode()).hexdigest()
 
 
-def compile_entry(spec: EntrySpec, fn) -> Entry:
-    """Compile (or load from numba's cache) the entry for ``spec``; ``fn`` is the pytensor function it came from."""
+@dataclass
+class PreparedEntry:
+    """An entry ready to compile: :meth:`compile` compiles it or loads it from numba's cache."""
+
+    spec: EntrySpec
+    source: str
+    key: str | None
+    dispatcher: object
+
+    def in_cache(self) -> bool:
+        """Whether numba's cache has an index for this entry (the compile will most likely be a load)."""
+        cache = getattr(self.dispatcher, "_cache", None)
+        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+        return index is not None and os.path.exists(index)
+
+    def compile(self) -> Entry:
+        from pmfast.compiler import cache, native
+
+        sig = signature(self.spec.kind)
+        self.dispatcher.compile(sig)
+        hit = cache.count(self.dispatcher, self.key)
+        return Entry(self.spec, self.source, self.key, self.dispatcher, native.native_address(self.dispatcher, sig), hit)
+
+
+def prepare_entry(spec: EntrySpec, fn) -> PreparedEntry:
+    """The entry for ``spec`` as a numba dispatcher under its cache key; ``fn`` is the pytensor function it came from."""
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
 
@@ -291,7 +316,9 @@ def compile_entry(spec: EntrySpec, fn) -> Entry:
 
         options["pipeline_class"] = _lean_compiler()
     dispatcher = numba_njit(py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, **options)
-    sig = signature(spec.kind)
-    dispatcher.compile(sig)
-    hit = cache.count(dispatcher, key)
-    return Entry(spec, src, key, dispatcher, native.native_address(dispatcher, sig), hit)
+    return PreparedEntry(spec, src, key, dispatcher)
+
+
+def compile_entry(spec: EntrySpec, fn) -> Entry:
+    """Compile (or load from numba's cache) the entry for ``spec``; ``fn`` is the pytensor function it came from."""
+    return prepare_entry(spec, fn).compile()

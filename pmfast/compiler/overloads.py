@@ -27,14 +27,12 @@ _installed = False
 
 
 class SliceShapeError(ValueError):
-    """numba's slice-assignment shape mismatch, formatted in Python."""
+    """numba's slice-assignment shape mismatch; numba raises it with the two shapes."""
 
-    def __init__(self, src_shape, index_shape):
-        super().__init__(f"cannot assign slice of shape {tuple(src_shape)} from input of shape {tuple(index_shape)}")
-        self.shapes = (tuple(src_shape), tuple(index_shape))
-
-    def __reduce__(self):
-        return type(self), self.shapes
+    def __init__(self, *args):
+        if len(args) == 2 and all(isinstance(a, tuple) for a in args):
+            args = (f"cannot assign slice of shape {args[0]} from input of shape {args[1]}",)
+        super().__init__(*args)
 
 
 def _raise_with_shape_context(src_shapes, index_shape):
