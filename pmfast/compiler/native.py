@@ -125,3 +125,74 @@ def native_address(dispatcher, sig) -> int:
     """Address of the compiled ``dispatcher`` for ``sig`` under numba's calling convention."""
     cres = dispatcher.overloads[tuple(sig.args)]
     return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+
+
+DIMSHUFFLE_SQUEEZE_MSG = "DimShuffle: Attempting to squeeze axes with size not equal to one"
+
+
+def dimshuffle_spec(new_order, drop) -> str:
+    """The literal :func:`dimshuffle` takes: ``"0,x,1|2"`` (output axes from input axes or ``x``, then dropped axes)."""
+    return ",".join("x" if o == -1 else str(o) for o in new_order) + "|" + ",".join(map(str, drop))
+
+
+@intrinsic(prefer_literal=True)
+def dimshuffle(typingctx, x, spec):
+    """``dimshuffle(x, spec)``: pytensor's DimShuffle as a view of ``x`` (see :func:`dimshuffle_spec`).
+
+    Output axes are input axes or new broadcastable axes (length 1, stride
+    0); a dropped axis must have length 1 (else ``ValueError``, pytensor's
+    message). Layout ``A``, like numba's ``as_strided`` that pytensor uses.
+    """
+    if not isinstance(x, types.Array) or not isinstance(spec, types.StringLiteral):
+        return None
+    axes, dropped = spec.literal_value.split("|")
+    order = [-1 if a == "x" else int(a) for a in axes.split(",") if a]
+    drop = [int(a) for a in dropped.split(",") if a]
+    if any(o >= x.ndim for o in order) or any(d >= x.ndim for d in drop):
+        return None
+    outty = types.Array(x.dtype, len(order), "A", readonly=not x.mutable)
+
+    def codegen(context, builder, sig, args):
+        from numba.core.imputils import impl_ret_borrowed
+
+        ary = make_array(x)(context, builder, args[0])
+        shapes = cgutils.unpack_tuple(builder, ary.shape, x.ndim)
+        strides = cgutils.unpack_tuple(builder, ary.strides, x.ndim)
+        one, zero = cgutils.intp_t(1), cgutils.intp_t(0)
+        for d in drop:
+            with builder.if_then(builder.icmp_signed("!=", shapes[d], one), likely=False):
+                context.call_conv.return_user_exc(builder, ValueError, (DIMSHUFFLE_SQUEEZE_MSG,))
+        out = make_array(outty)(context, builder)
+        populate_array(
+            out,
+            data=ary.data,
+            shape=[one if o == -1 else shapes[o] for o in order],
+            strides=[zero if o == -1 else strides[o] for o in order],
+            itemsize=ary.itemsize,
+            meminfo=ary.meminfo,
+            parent=ary.parent,
+        )
+        return impl_ret_borrowed(context, builder, outty, out._getvalue())
+
+    return outty(x, spec), codegen
+
+
+@intrinsic
+def empty(typingctx, shape, dtype):
+    """``empty(shape, dtype)``: a new C-contiguous array (``np.empty`` without its overload to compile)."""
+    dt = _dtype_of(dtype)
+    shapes = list(shape) if isinstance(shape, types.BaseTuple) else [shape]
+    if dt is None or not all(isinstance(s, types.Integer) for s in shapes):
+        return None
+    arrty = types.Array(dt, len(shapes), "C")
+
+    def codegen(context, builder, sig, args):
+        from numba.core.imputils import impl_ret_new_ref
+        from numba.np.arrayobj import _empty_nd_impl
+
+        values = cgutils.unpack_tuple(builder, args[0]) if isinstance(sig.args[0], types.BaseTuple) else [args[0]]
+        dims = [context.cast(builder, v, t, types.intp) for v, t in zip(values, shapes)]
+        ary = _empty_nd_impl(context, builder, arrty, dims)
+        return impl_ret_new_ref(context, builder, arrty, ary._getvalue())
+
+    return arrty(shape, dtype), codegen

@@ -16,6 +16,17 @@ behaves the same: same results, same exception type and message.
   two: the node function calls the same intrinsic with the same arguments,
   and its core function is the scalar graph's own body followed by the
   stores. Same loops, same scalar code.
+* ``DimShuffle``: pytensor's calls numba's ``as_strided`` (its overloads:
+  ~0.7 s of a cold process). Here an intrinsic builds the same view
+  (:func:`pmfast.compiler.native.dimshuffle`).
+* ``Dot`` of float64 vectors and matrices where one side is a vector
+  (pytensor's rewrites turn ``X @ beta`` into matrix × column: then one
+  side has static length 1): pytensor calls ``np.dot``, whose numba
+  implementation (BLAS calls behind layout checks and copies) costs ~0.7 s
+  to compile in a new process. Here a loop over the contiguous axis (rows of
+  a C matrix, columns of an F one: the gradient's transposed design matrix),
+  with numba's error for sizes that don't match. Other matrix products stay
+  BLAS.
 
 :func:`funcify_and_cache_key` returns ``(numba function, cache key)`` for an
 op pmfast implements, or None; the functions are generated from source with
@@ -27,6 +38,8 @@ entries).
 from __future__ import annotations
 
 import hashlib
+
+import numpy as np
 
 #: Bump when an implementation here changes (part of its cache key).
 VERSION = 1
@@ -126,9 +139,151 @@ def _elemwise(op, node):
     return fn, key
 
 
+def _dimshuffle(op, node):
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import native
+
+    spec = native.dimshuffle_spec(op._new_order, op.drop)
+    src = "def dimshuffle(x):\n    return _pm_dimshuffle(x, SPEC)\n"
+    env = {"__name__": __name__, "_pm_dimshuffle": native.dimshuffle, "SPEC": spec}
+    key = "pmfast_dimshuffle_" + hashlib.sha256(repr((VERSION, spec, op.input_ndim)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "dimshuffle", env, env)), key
+
+
+_DOT_SOURCES = {
+    # (x.ndim, y.ndim): source of dot(x, y); the loop runs along the contiguous axis
+    (1, 1): """
+def dot(x, y):
+    if x.shape[0] != y.shape[0]:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (vector * vector)")
+    acc = 0.0
+    for i in range(x.shape[0]):
+        acc += x[i] * y[i]
+    out = _pm_empty((), _pm_f64)
+    out[()] = acc
+    return out
+""",
+    (2, 1): """
+def dot(x, y):
+    m, k = x.shape
+    if y.shape[0] != k:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (matrix * vector)")
+    out = _pm_empty(m, _pm_f64)
+    if x.strides[0] >= x.strides[1]:
+        for i in range(m):
+            acc = 0.0
+            for j in range(k):
+                acc += x[i, j] * y[j]
+            out[i] = acc
+    else:
+        for i in range(m):
+            out[i] = 0.0
+        for j in range(k):
+            yj = y[j]
+            for i in range(m):
+                out[i] += x[i, j] * yj
+    return out
+""",
+    # matrix x column (static length-1 second axis): matrix x vector
+    (2, "col"): """
+def dot(x, y):
+    m, k = x.shape
+    if y.shape[0] != k:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (matrix * matrix)")
+    out = _pm_empty((m, 1), _pm_f64)
+    if x.strides[0] >= x.strides[1]:
+        for i in range(m):
+            acc = 0.0
+            for j in range(k):
+                acc += x[i, j] * y[j, 0]
+            out[i, 0] = acc
+    else:
+        for i in range(m):
+            out[i, 0] = 0.0
+        for j in range(k):
+            yj = y[j, 0]
+            for i in range(m):
+                out[i, 0] += x[i, j] * yj
+    return out
+""",
+    # row (static length-1 first axis) x matrix: vector x matrix
+    ("row", 2): """
+def dot(x, y):
+    k, n = y.shape
+    if x.shape[1] != k:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (matrix * matrix)")
+    out = _pm_empty((1, n), _pm_f64)
+    if y.strides[1] >= y.strides[0]:
+        for j in range(n):
+            acc = 0.0
+            for i in range(k):
+                acc += x[0, i] * y[i, j]
+            out[0, j] = acc
+    else:
+        for j in range(n):
+            out[0, j] = 0.0
+        for i in range(k):
+            xi = x[0, i]
+            for j in range(n):
+                out[0, j] += xi * y[i, j]
+    return out
+""",
+    (1, 2): """
+def dot(x, y):
+    k, n = y.shape
+    if x.shape[0] != k:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (vector * matrix)")
+    out = _pm_empty(n, _pm_f64)
+    if y.strides[1] >= y.strides[0]:
+        for j in range(n):
+            acc = 0.0
+            for i in range(k):
+                acc += x[i] * y[i, j]
+            out[j] = acc
+    else:
+        for j in range(n):
+            out[j] = 0.0
+        for i in range(k):
+            xi = x[i]
+            for j in range(n):
+                out[j] += xi * y[i, j]
+    return out
+""",
+}
+
+
+def _dot(op, node):
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import native
+
+    src = _DOT_SOURCES[_dot_kind(node)].lstrip()
+    env = {"__name__": __name__, "_pm_empty": native.empty, "_pm_f64": np.float64}
+    key = "pmfast_dot_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "dot", env, env)), key
+
+
+def _dot_kind(node):
+    """Which of :data:`_DOT_SOURCES` computes ``node`` (None: pytensor's)."""
+    x, y = node.inputs
+    if not all(v.type.dtype == "float64" for v in (x, y, *node.outputs)):
+        return None
+    if (x.ndim, y.ndim) == (2, 2):
+        if y.type.shape[1] == 1:
+            return (2, "col")
+        if x.type.shape[0] == 1:
+            return ("row", 2)
+        return None
+    return (x.ndim, y.ndim) if (x.ndim, y.ndim) in _DOT_SOURCES else None
+
+
 def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
-    from pytensor.tensor.elemwise import Elemwise
+    from pytensor.tensor.elemwise import DimShuffle, Elemwise
+    from pytensor.tensor.math import Dot
     from pytensor.tensor.shape import SpecifyShape
 
     if node is None:
@@ -137,4 +292,8 @@ def funcify_and_cache_key(op, node):
         return _specify_shape(op, node)
     if type(op) is Elemwise:
         return _elemwise(op, node)
+    if type(op) is DimShuffle and op.input_ndim > 0:
+        return _dimshuffle(op, node)
+    if type(op) is Dot and _dot_kind(node) is not None:
+        return _dot(op, node)
     return None
