@@ -76,6 +76,8 @@ class EntrySpec:
     body: tuple[str, ...]
     outputs: tuple[str, ...]
     pieces: tuple[tuple[str, ...] | None, ...]
+    ops: tuple[str | None, ...] = ()
+    """The op (class name) each ``body`` statement computes, when known."""
 
 
 def shared_slots(user_data: np.ndarray, names, dtypes) -> tuple[SharedSlot, ...]:
@@ -179,8 +181,33 @@ def describe(kind: str, fn, user_data, shared_names, shared_dtypes, n_in: int, n
             pieces[vector] = tuple(found)
             drop = at
     body = tuple(ast.unparse(s) for i, s in enumerate(stmts) if i != drop)
+    ops = _statement_ops(fn, stmts)
+    ops = tuple(o for i, o in enumerate(ops) if i != drop) if ops else ()
     slots = shared_slots(user_data, shared_names, shared_dtypes)
-    return EntrySpec(kind, n_in, n_out, user_data.dtype.itemsize // 8, slots, inputs, body, outputs, tuple(pieces))
+    return EntrySpec(kind, n_in, n_out, user_data.dtype.itemsize // 8, slots, inputs, body, outputs, tuple(pieces), ops)
+
+
+def _statement_ops(fn, stmts) -> tuple[str | None, ...]:
+    """The op class name of each graph statement (pytensor emits one call per node, in the linker's schedule).
+
+    Empty if the statements don't line up with the schedule.
+    """
+    from pmfast.compiler.inline import NEVER
+
+    try:
+        order = fn.maker.linker.schedule(fn.maker.fgraph)
+    except Exception:
+        return ()
+    if len(order) != len(stmts):
+        return ()
+    names = []
+    for node, stmt in zip(order, stmts):
+        n_targets = len(stmt.targets[0].elts) if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Tuple) else 1
+        if not isinstance(stmt, ast.Assign) or n_targets != len(node.outputs):
+            return ()
+        mro = [c.__name__ for c in type(node.op).__mro__]
+        names.append(next((c for c in mro if c in NEVER), mro[0]))
+    return tuple(names)
 
 
 def _graph_output_index(kind: str, k: int) -> int:
@@ -264,12 +291,19 @@ def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -
 
 @dataclass
 class PreparedEntry:
-    """An entry ready to compile: :meth:`compile` compiles it or loads it from numba's cache."""
+    """An entry ready to compile: :meth:`compile` compiles it or loads it from numba's cache.
+
+    ``inlined`` lists the node functions inlined into it
+    (:mod:`pmfast.compiler.inline`); ``fallback`` prepares the same entry
+    without them, used if numba fails to compile the inlined one.
+    """
 
     spec: EntrySpec
     source: str
     key: str | None
     dispatcher: object
+    inlined: tuple[str, ...] = ()
+    fallback: object = None
 
     def in_cache(self) -> bool:
         """Whether numba's cache has an index for this entry (the compile will most likely be a load)."""
@@ -281,27 +315,63 @@ class PreparedEntry:
         from pmfast.compiler import cache, native
 
         sig = signature(self.spec.kind)
-        self.dispatcher.compile(sig)
+        try:
+            self.dispatcher.compile(sig)
+        except Exception as err:
+            if not self.inlined:
+                raise
+            cache.log.warning("pmfast: compiling the %s entry with inlined node functions failed (%s); calling them", self.spec.kind, type(err).__name__)
+            return self.fallback().compile()
         hit = cache.count(self.dispatcher, self.key)
         return Entry(self.spec, self.source, self.key, self.dispatcher, native.native_address(self.dispatcher, sig), hit)
 
 
-def prepare_entry(spec: EntrySpec, fn) -> PreparedEntry:
-    """The entry for ``spec`` as a numba dispatcher under its cache key; ``fn`` is the pytensor function it came from."""
+def _inline_calls(spec: EntrySpec, env: dict) -> tuple[EntrySpec, tuple[str, ...]]:
+    """``spec`` with calls to uncached node functions replaced by inlined copies (bound in ``env``)."""
+    from dataclasses import replace
+
+    from pmfast.compiler import inline
+
+    if len(spec.ops) != len(spec.body):
+        return spec, ()
+    body, done = [], {}
+    for stmt, op in zip(spec.body, spec.ops):
+        tree = ast.parse(stmt).body[0]
+        call = getattr(tree, "value", None)
+        name = call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
+        if name is not None and (name in done or inline.should_inline(op, env.get(name))):
+            if name not in done:
+                done[name] = f"_pm_inline_{name}"
+                env[done[name]] = inline.inline_version(env[name])
+            call.func.id = done[name]
+            stmt = ast.unparse(tree)
+        body.append(stmt)
+    return replace(spec, body=tuple(body)), tuple(done)
+
+
+def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
+    """The entry for ``spec`` as a numba dispatcher under its cache key; ``fn`` is the pytensor function it came from.
+
+    ``inline``: inline node functions that are not in the cache (:mod:`pmfast.compiler.inline`).
+    """
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import cache, native
 
+    spec_in = spec
     py_graph = graph_function(fn.vm.jit_fn)
     name = f"{spec.kind}_entry"
+    env = dict(py_graph.__globals__)
+    inlined: tuple[str, ...] = ()
+    if inline and not getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
+        spec, inlined = _inline_calls(spec, env)
     src = generate_source(spec, name)
     options = {}
     if getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
         options["_dbg_optnone"] = True  # a big graph: see pmfast.linker
     graph_key = CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func)
     key = entry_key(spec, src, graph_key, options)
-    env = dict(py_graph.__globals__)
     env.update(
         __name__=__name__,  # a real module: numba pickles the environment by module name
         _pm_view=native.view,
@@ -316,7 +386,7 @@ def prepare_entry(spec: EntrySpec, fn) -> PreparedEntry:
 
         options["pipeline_class"] = _lean_compiler()
     dispatcher = numba_njit(py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, **options)
-    return PreparedEntry(spec, src, key, dispatcher)
+    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(spec_in, fn, inline=False))
 
 
 def compile_entry(spec: EntrySpec, fn) -> Entry:

@@ -196,3 +196,16 @@ def empty(typingctx, shape, dtype):
         return impl_ret_new_ref(context, builder, arrty, ary._getvalue())
 
     return arrty(shape, dtype), codegen
+
+
+@intrinsic
+def data_pointer(typingctx, ary):
+    """``data_pointer(ary)``: the array's data as a ``CPointer`` of its dtype (for calls into C-ABI code)."""
+    if not isinstance(ary, types.Array):
+        return None
+    ptrty = types.CPointer(ary.dtype)
+
+    def codegen(context, builder, sig, args):
+        return make_array(ary)(context, builder, args[0]).data
+
+    return ptrty(ary), codegen

@@ -42,7 +42,7 @@ import hashlib
 import numpy as np
 
 #: Bump when an implementation here changes (part of its cache key).
-VERSION = 1
+VERSION = 2
 
 
 class SpecifyShapeError(AssertionError):
@@ -94,13 +94,20 @@ def _core_source(scalar_op, scalar_fn, nin: int, nout: int) -> tuple[str, dict]:
         ok = isinstance(fdef, ast.FunctionDef) and not fdef.args.vararg and len(fdef.args.args) == nin
         fdef = fdef if ok and isinstance(fdef.body[-1], ast.Return) else None
     if fdef is not None:
+        from pmfast.compiler import inline
+
         env.update(scalar_fn.py_func.__globals__)
         env["__name__"] = __name__
+        for name, value in list(env.items()):  # the scalar op functions: inlined, not compiled on their own
+            if isinstance(value, inline._dispatcher_type()) and (copy := inline.inline_version(value)) is not None:
+                env[name] = copy
         body += [f"{a.arg} = {i}" for a, i in zip(fdef.args.args, ins)]
         body += [ast.unparse(stmt) for stmt in fdef.body[:-1]]
         body.append(f"{', '.join(temps)} = {ast.unparse(fdef.body[-1].value)}")
     else:
-        env["scalar_fn"] = scalar_fn
+        from pmfast.compiler import inline
+
+        env["scalar_fn"] = inline.inline_version(scalar_fn) or scalar_fn
         body.append(f"{', '.join(temps)} = scalar_fn({', '.join(ins)})")
     body += [f"{o}[()] = {t}" for o, t in zip(outs, temps)]
     src = f"def core({', '.join(ins + outs)}):\n" + "".join(f"    {line}\n" for line in body)
