@@ -25,7 +25,7 @@ import numba
 import numpy as np
 from numba.core import types as t
 
-from pmfast.compiler.native import call_native3, call_native4, view
+from pmfast.compiler.native import array_view, call_native3, call_native4
 
 #: The header pmfast adds in front of nutpie's ``shared`` field (one uint64 word each).
 HEADER = ("pmfast_logp_entry", "pmfast_expand_entry", "pmfast_n_dim", "pmfast_n_expanded")
@@ -36,7 +36,7 @@ EXPAND_SIG = t.int64(t.uint64, t.uint64, t.CPointer(t.double), t.CPointer(t.doub
 
 
 def logp_callback(dim, x_, out_, logp_, user_data_):
-    head = view(user_data_, 4, np.uint64)
+    head = array_view(user_data_, 4, np.uint64)
     if dim != head[2]:
         return -1
     code = call_native4(head[0], 1, x_, out_, logp_, user_data_)
@@ -51,7 +51,7 @@ def logp_callback(dim, x_, out_, logp_, user_data_):
 
 
 def expand_callback(dim, expanded, x_, out_, user_data_):
-    head = view(user_data_, 4, np.uint64)
+    head = array_view(user_data_, 4, np.uint64)
     if dim != head[2]:
         return -1
     if expanded != head[3]:
@@ -96,23 +96,34 @@ def compiled() -> dict:
     return _compiled
 
 
-def logp_at(model, x) -> tuple[int, float, np.ndarray]:
-    """``(code, logp, grad)`` from calling ``model``'s logp callback at ``x``, exactly as nutpie does."""
+def logp_at(model, x, dim: int | None = None) -> tuple[int, float, np.ndarray]:
+    """``(code, logp, grad)`` from calling ``model``'s logp callback at ``x``, exactly as nutpie does.
+
+    ``dim`` overrides the dimension passed (to test the callback's check).
+    """
     x = np.ascontiguousarray(x, dtype=np.float64)
     grad, logp = np.zeros(model.n_dim), np.zeros(1)
     dp = ctypes.POINTER(ctypes.c_double)
     code = model.compiled_logp_func.ctypes(
-        x.size, x.ctypes.data_as(dp), grad.ctypes.data_as(dp), logp.ctypes.data_as(dp), model.user_data.ctypes.data
+        x.size if dim is None else dim,
+        x.ctypes.data_as(dp),
+        grad.ctypes.data_as(dp),
+        logp.ctypes.data_as(dp),
+        model.user_data.ctypes.data,
     )
     return int(code), float(logp[0]), grad
 
 
-def expand_at(model, x) -> tuple[int, np.ndarray]:
+def expand_at(model, x, expanded: int | None = None) -> tuple[int, np.ndarray]:
     """``(code, values)`` from calling ``model``'s expand callback at ``x``, exactly as nutpie does."""
     x = np.ascontiguousarray(x, dtype=np.float64)
     out = np.zeros(model.n_expanded)
     dp = ctypes.POINTER(ctypes.c_double)
     code = model.compiled_expand_func.ctypes(
-        x.size, model.n_expanded, x.ctypes.data_as(dp), out.ctypes.data_as(dp), model.user_data.ctypes.data
+        x.size,
+        model.n_expanded if expanded is None else expanded,
+        x.ctypes.data_as(dp),
+        out.ctypes.data_as(dp),
+        model.user_data.ctypes.data,
     )
     return int(code), out

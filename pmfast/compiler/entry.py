@@ -326,27 +326,32 @@ class PreparedEntry:
         return Entry(self.spec, self.source, self.key, self.dispatcher, native.native_address(self.dispatcher, sig), hit)
 
 
-def _inline_calls(spec: EntrySpec, env: dict) -> tuple[EntrySpec, tuple[str, ...]]:
-    """``spec`` with calls to uncached node functions replaced by inlined copies (bound in ``env``)."""
-    from dataclasses import replace
+def _inline_calls(spec: EntrySpec, env: dict) -> tuple[str, ...]:
+    """Rebind, in ``env``, the node functions ``spec`` calls that are not in the cache to inlined copies.
 
+    The entry's source stays the same (and so its cache key and numba's
+    index key, which hashes the bytecode): only what the names refer to
+    changes. Returns the names rebound.
+    """
     from pmfast.compiler import inline
 
     if len(spec.ops) != len(spec.body):
-        return spec, ()
-    body, done = [], {}
+        return ()
+    done = []
     for stmt, op in zip(spec.body, spec.ops):
-        tree = ast.parse(stmt).body[0]
-        call = getattr(tree, "value", None)
+        call = getattr(ast.parse(stmt).body[0], "value", None)
         name = call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
-        if name is not None and (name in done or inline.should_inline(op, env.get(name))):
-            if name not in done:
-                done[name] = f"_pm_inline_{name}"
-                env[done[name]] = inline.inline_version(env[name])
-            call.func.id = done[name]
-            stmt = ast.unparse(tree)
-        body.append(stmt)
-    return replace(spec, body=tuple(body)), tuple(done)
+        if name is not None and name not in done and inline.should_inline(op, env.get(name)):
+            env[name] = inline.inline_version(env[name])
+            done.append(name)
+    return tuple(done)
+
+
+def _index_exists(name: str, key: str | None) -> bool:
+    """Whether numba's cache has an index for the generated function ``name`` cached under ``key``."""
+    from pytensor.link.numba.cache import NUMBA_CACHE_PATH
+
+    return key is not None and any(NUMBA_CACHE_PATH.glob(f"*{name}-{key}*.nbi"))
 
 
 def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
@@ -359,22 +364,22 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
 
     from pmfast.compiler import cache, native
 
-    spec_in = spec
     py_graph = graph_function(fn.vm.jit_fn)
     name = f"{spec.kind}_entry"
     env = dict(py_graph.__globals__)
-    inlined: tuple[str, ...] = ()
-    if inline and not getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
-        spec, inlined = _inline_calls(spec, env)
     src = generate_source(spec, name)
     options = {}
     if getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
         options["_dbg_optnone"] = True  # a big graph: see pmfast.linker
-    graph_key = CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func)
-    key = entry_key(spec, src, graph_key, options)
+    # the key covers the computation (the source calling every node function): whether some
+    # of them are inlined into the compiled code doesn't change what it computes
+    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), options)
+    inlined: tuple[str, ...] = ()
+    if inline and not options and not _index_exists(name, key):
+        inlined = _inline_calls(spec, env)
     env.update(
         __name__=__name__,  # a real module: numba pickles the environment by module name
-        _pm_view=native.view,
+        _pm_view=native.array_view,
         _pm_u64=np.uint64,
         _pm_f64=np.float64,
         **{f"_pm_dt{i}": np.dtype(s.dtype).type for i, s in enumerate(spec.shared)},
@@ -386,7 +391,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
 
         options["pipeline_class"] = _lean_compiler()
     dispatcher = numba_njit(py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, **options)
-    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(spec_in, fn, inline=False))
+    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(spec, fn, inline=False))
 
 
 def compile_entry(spec: EntrySpec, fn) -> Entry:

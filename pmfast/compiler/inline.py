@@ -24,10 +24,10 @@ inlined functions, the entry is compiled again calling them
 
 from __future__ import annotations
 
-import ast
+import dis
 import inspect
 import os
-import textwrap
+import types
 import weakref
 
 #: Ops whose node functions are never inlined (see the module docstring).
@@ -62,23 +62,32 @@ def is_cached(dispatcher) -> bool:
     return index is not None and os.path.exists(index)
 
 
+_DYNAMIC = frozenset({"LOAD_FAST", "LOAD_DEREF", "LOAD_ATTR", "BINARY_SUBSCR", "LOAD_METHOD", "BINARY_OP"})
+_verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _raises_dynamic(code) -> bool:
+    """Whether ``code`` (or a nested function) builds a string or raises an exception built from runtime values."""
+    instructions = list(dis.get_instructions(code))
+    for i, ins in enumerate(instructions):
+        if ins.opname in ("FORMAT_VALUE", "BUILD_STRING"):
+            return True
+        if ins.opname == "RAISE_VARARGS" and ins.arg:
+            j = i  # back to the start of the raise statement's line
+            while j > 0 and instructions[j].starts_line is None:
+                j -= 1
+            if any(x.opname in _DYNAMIC for x in instructions[j:i]):
+                return True
+    return any(_raises_dynamic(c) for c in code.co_consts if isinstance(c, types.CodeType))
+
+
 def inlinable(py_func) -> bool:
     """Whether numba's inliner handles ``py_func`` (no ``*args``; no raise with runtime arguments)."""
-    code = py_func.__code__
-    if code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS):
-        return False
-    try:
-        src = getattr(py_func, "__source__", None) or inspect.getsource(py_func)
-        tree = ast.parse(textwrap.dedent(src))
-    except (OSError, TypeError, SyntaxError):
-        return False
-    for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            return False
-        if isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call):
-            if not all(isinstance(a, ast.Constant) for a in node.exc.args):
-                return False
-    return True
+    if py_func not in _verdicts:
+        code = py_func.__code__
+        varargs = code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+        _verdicts[py_func] = not varargs and not _raises_dynamic(code)
+    return _verdicts[py_func]
 
 
 def inline_version(dispatcher):

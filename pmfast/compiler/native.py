@@ -29,8 +29,8 @@ def _dtype_of(dtype):
 
 
 @intrinsic
-def view(typingctx, address, shape, dtype):
-    """``view(address, shape, dtype)``: a C-contiguous array over memory owned by someone else.
+def array_view(typingctx, address, shape, dtype):
+    """``array_view(address, shape, dtype)``: a C-contiguous array over memory owned by someone else.
 
     ``address`` is an integer or a pointer, ``shape`` an integer or a tuple of
     integers, ``dtype`` a numpy scalar type (``np.float64``). No meminfo: the
