@@ -84,15 +84,33 @@ def compile_numba(
             f"pmfast.compile got unexpected options {sorted(unknown)} "
             "(nutpie passes these to numba.cfunc; pmfast compiles its callbacks itself)"
         )
-    from pymc.initial_point import make_initial_point_fn
-
-    from pymc.model.transform.optimization import freeze_dims_and_data
-
     from pmfast import compiler
-    from pmfast.compiler import callbacks, entry, parallel
+    from pmfast.compiler import overloads
 
     check_nutpie()
     compiler.setup()
+    with overloads.plain_errors():
+        return _compile_numba(
+            model,
+            mode,
+            passes=passes,
+            initial_points=initial_points,
+            jitter_rvs=jitter_rvs,
+            default_initialization_strategy=default_initialization_strategy,
+            var_names=var_names,
+            freeze_model=freeze_model,
+            stage=stage,
+        )
+
+
+def _compile_numba(
+    model, mode, *, passes, initial_points, jitter_rvs, default_initialization_strategy, var_names, freeze_model, stage
+) -> PmfastCompiledModel:
+    from pymc.initial_point import make_initial_point_fn
+    from pymc.model.transform.optimization import freeze_dims_and_data
+
+    from pmfast.compiler import callbacks, entry, parallel
+
     timings: dict[str, float] = {}
 
     def timed(name):
@@ -214,7 +232,7 @@ def logp_kernel(fn):
     and benchmarks of the code nutpie runs.
     """
     from pmfast import compiler
-    from pmfast.compiler import callbacks, entry
+    from pmfast.compiler import callbacks, entry, overloads
 
     compiler.setup()
     shared = list(fn.get_shared())
@@ -223,7 +241,8 @@ def logp_kernel(fn):
     n_dim = int(fn.maker.fgraph.inputs[0].type.shape[0])
     names = [v.name for v in shared]
     spec = entry.describe("logp", fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_dim)
-    compiled = entry.compile_entry(spec, fn)
+    with overloads.plain_errors():
+        compiled = entry.compile_entry(spec, fn)
     cfunc = callbacks.compiled()["logp"]
     callbacks.set_header(user_data, compiled.address, 0, n_dim, 0)
 

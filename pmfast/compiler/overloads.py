@@ -16,9 +16,17 @@ exception arguments (numba's dynamic exceptions: no string code is compiled);
 Python formats the message when the exception reaches it. It is a
 ``ValueError`` with numba's message, word for word. Process-wide and
 idempotent; :data:`VERSION` goes into every cache key pmfast writes.
+
+:func:`plain_errors` is a context for pmfast's compiles: numba formats an
+error message for every typing attempt that fails on the way to the one
+that succeeds, and with colorama installed each message opens and closes a
+terminal color wrapper (~0.35 s of a small model's cold compile). Inside it
+those messages are not colored.
 """
 
 from __future__ import annotations
+
+import contextlib
 
 #: Bump when an installed implementation changes (part of pmfast's cache keys).
 VERSION = 1
@@ -69,3 +77,22 @@ def install() -> None:
         raise RuntimeError(f"numba's raise_with_shape_context has {len(cpu)} CPU overloads, expected 1")
     cpu[0]._overload_func = staticmethod(_raise_with_shape_context)
     _installed = True
+
+
+@contextlib.contextmanager
+def plain_errors():
+    """numba's error messages without terminal colors, for the duration (see the module docstring)."""
+    from numba.core import errors
+
+    class Plain(errors._DummyColorScheme):
+        def code(self, msg):
+            return msg
+
+        errmsg = filename = indicate = highlight = reset = code
+
+    previous = errors._termcolor_inst
+    errors._termcolor_inst = Plain()
+    try:
+        yield
+    finally:
+        errors._termcolor_inst = previous
