@@ -142,7 +142,22 @@ def dimshuffle(typingctx, x, spec):
     Output axes are input axes or new broadcastable axes (length 1, stride
     0); a dropped axis must have length 1 (else ``ValueError``, pytensor's
     message). Layout ``A``, like numba's ``as_strided`` that pytensor uses.
+    A scalar ``x`` (some numba implementations return scalars for 0-d
+    results) is first stored in a new 0-d array.
     """
+    if isinstance(x, (types.Number, types.Boolean)) and isinstance(spec, types.StringLiteral):
+        arrty0 = types.Array(x, 0, "C")
+
+        def scalar_codegen(context, builder, sig, args):
+            from numba.np.arrayobj import _empty_nd_impl
+
+            ary = _empty_nd_impl(context, builder, arrty0, [])
+            builder.store(args[0], ary.data)
+            n_out = sig.return_type.ndim
+            return _dimshuffle_codegen(context, builder, arrty0, sig.return_type, ary._getvalue(), [-1] * n_out, (), True)
+
+        n_out = len([a for a in spec.literal_value.split("|")[0].split(",") if a])
+        return types.Array(x, n_out, "A")(x, spec), scalar_codegen
     if not isinstance(x, types.Array) or not isinstance(spec, types.StringLiteral):
         return None
     axes, dropped = spec.literal_value.split("|")
@@ -153,28 +168,33 @@ def dimshuffle(typingctx, x, spec):
     outty = types.Array(x.dtype, len(order), "A", readonly=not x.mutable)
 
     def codegen(context, builder, sig, args):
-        from numba.core.imputils import impl_ret_borrowed
-
-        ary = make_array(x)(context, builder, args[0])
-        shapes = cgutils.unpack_tuple(builder, ary.shape, x.ndim)
-        strides = cgutils.unpack_tuple(builder, ary.strides, x.ndim)
-        one, zero = cgutils.intp_t(1), cgutils.intp_t(0)
-        for d in drop:
-            with builder.if_then(builder.icmp_signed("!=", shapes[d], one), likely=False):
-                context.call_conv.return_user_exc(builder, ValueError, (DIMSHUFFLE_SQUEEZE_MSG,))
-        out = make_array(outty)(context, builder)
-        populate_array(
-            out,
-            data=ary.data,
-            shape=[one if o == -1 else shapes[o] for o in order],
-            strides=[zero if o == -1 else strides[o] for o in order],
-            itemsize=ary.itemsize,
-            meminfo=ary.meminfo,
-            parent=ary.parent,
-        )
-        return impl_ret_borrowed(context, builder, outty, out._getvalue())
+        return _dimshuffle_codegen(context, builder, x, outty, args[0], order, drop, new_ref=False)
 
     return outty(x, spec), codegen
+
+
+def _dimshuffle_codegen(context, builder, xty, outty, value, order, drop, new_ref):
+    from numba.core.imputils import impl_ret_borrowed, impl_ret_new_ref
+
+    ary = make_array(xty)(context, builder, value)
+    shapes = cgutils.unpack_tuple(builder, ary.shape, xty.ndim)
+    strides = cgutils.unpack_tuple(builder, ary.strides, xty.ndim)
+    one, zero = cgutils.intp_t(1), cgutils.intp_t(0)
+    for d in drop:
+        with builder.if_then(builder.icmp_signed("!=", shapes[d], one), likely=False):
+            context.call_conv.return_user_exc(builder, ValueError, (DIMSHUFFLE_SQUEEZE_MSG,))
+    out = make_array(outty)(context, builder)
+    populate_array(
+        out,
+        data=ary.data,
+        shape=[one if o == -1 else shapes[o] for o in order],
+        strides=[zero if o == -1 else strides[o] for o in order],
+        itemsize=ary.itemsize,
+        meminfo=ary.meminfo,
+        parent=ary.parent,
+    )
+    ret = impl_ret_new_ref if new_ref else impl_ret_borrowed
+    return ret(context, builder, outty, out._getvalue())
 
 
 @intrinsic

@@ -42,7 +42,7 @@ import hashlib
 import numpy as np
 
 #: Bump when an implementation here changes (part of its cache key).
-VERSION = 2
+VERSION = 4
 
 
 class SpecifyShapeError(AssertionError):
@@ -73,76 +73,83 @@ def _specify_shape(op, node):
     return numba_njit(fn), key
 
 
-def _core_source(scalar_op, scalar_fn, nin: int, nout: int) -> tuple[str, dict]:
-    """Source and globals of ``core(i0…, o0…)``: the scalar code, then ``o<k>[()] = t<k>``.
+def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
+    """Statements computing ``temps`` from ``ins`` with ``scalar_op``, and the globals they need.
 
     A Composite's scalar graph function (a straight line of scalar op calls)
-    is inlined; any other scalar op is called.
+    is inlined statement by statement; any other scalar op is called. The
+    scalar op functions are inlined copies (:mod:`pmfast.compiler.inline`).
     """
     import ast
 
     from pytensor.scalar.basic import Composite
 
-    ins = [f"_pm_i{k}" for k in range(nin)]
-    outs = [f"_pm_o{k}" for k in range(nout)]
-    temps = [f"_pm_t{k}" for k in range(nout)]
-    body: list[str] = []
-    env = {"__name__": __name__}
+    from pmfast.compiler import inline
+
+    env: dict = {}
     fdef = None
     if isinstance(scalar_op, Composite):
         fdef = ast.parse(scalar_fn.py_func.__source__).body[0]
-        ok = isinstance(fdef, ast.FunctionDef) and not fdef.args.vararg and len(fdef.args.args) == nin
+        ok = isinstance(fdef, ast.FunctionDef) and not fdef.args.vararg and len(fdef.args.args) == len(ins)
         fdef = fdef if ok and isinstance(fdef.body[-1], ast.Return) else None
-    if fdef is not None:
-        from pmfast.compiler import inline
-
-        env.update(scalar_fn.py_func.__globals__)
-        env["__name__"] = __name__
-        for name, value in list(env.items()):  # the scalar op functions: inlined, not compiled on their own
-            if isinstance(value, inline._dispatcher_type()) and (copy := inline.inline_version(value)) is not None:
-                env[name] = copy
-        body += [f"{a.arg} = {i}" for a, i in zip(fdef.args.args, ins)]
-        body += [ast.unparse(stmt) for stmt in fdef.body[:-1]]
-        body.append(f"{', '.join(temps)} = {ast.unparse(fdef.body[-1].value)}")
-    else:
-        from pmfast.compiler import inline
-
+    if fdef is None:
         env["scalar_fn"] = inline.inline_version(scalar_fn) or scalar_fn
-        body.append(f"{', '.join(temps)} = scalar_fn({', '.join(ins)})")
-    body += [f"{o}[()] = {t}" for o, t in zip(outs, temps)]
-    src = f"def core({', '.join(ins + outs)}):\n" + "".join(f"    {line}\n" for line in body)
-    return src, env
+        return [f"{', '.join(temps)} = scalar_fn({', '.join(ins)})"], env
+    env.update(scalar_fn.py_func.__globals__)
+    for name, value in list(env.items()):
+        if isinstance(value, inline._dispatcher_type()) and (copy := inline.inline_version(value)) is not None:
+            env[name] = copy
+    lines = [f"{a.arg} = {i}" for a, i in zip(fdef.args.args, ins)]
+    lines += [ast.unparse(stmt) for stmt in fdef.body[:-1]]
+    lines.append(f"{', '.join(temps)} = {ast.unparse(fdef.body[-1].value)}")
+    return lines, env
 
 
-def _elemwise(op, node):
+def _vectorized_source(op, node, scalar_fn) -> tuple[str, dict]:
+    """``elemwise(i0, …)`` calling pytensor's ``_vectorized`` loop with a core function made of the scalar code."""
     from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_njit
+    from pytensor.link.numba.dispatch.basic import numba_njit
     from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals
-    from pytensor.scalar.basic import get_scalar_type
 
-    scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
-    scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node)
     nin, nout = len(node.inputs), len(node.outputs)
-    core_src, core_env = _core_source(op.scalar_op, scalar_fn, nin, nout)
+    ins, outs, temps = ([f"_pm_{c}{k}" for k in range(n)] for c, n in (("i", nin), ("o", nout), ("t", nout)))
+    lines, core_env = _scalar_code(op.scalar_op, scalar_fn, ins, temps)
+    lines += [f"{o}[()] = {t}" for o, t in zip(outs, temps)]
+    core_src = f"def core({', '.join(ins + outs)}):\n" + "".join(f"    {line}\n" for line in lines)
+    core_env["__name__"] = __name__
     core = numba_njit(compile_numba_function_src(core_src, "core", core_env, core_env))
-
     literals = (
         tuple(i.type.broadcastable for i in node.inputs),
         tuple(o.type.broadcastable for o in node.outputs),
         tuple(o.type.dtype for o in node.outputs),
         tuple(op.inplace_pattern.items()),
     )
-    ins = ", ".join(f"i{k}" for k in range(nin))
+    args = ", ".join(f"i{k}" for k in range(nin))
     src = (
-        f"def elemwise({ins}):\n"
-        f"    return _vectorized(core, IBC, OBC, ODT, INPLACE, True, (), ({ins},), CORE_SHAPES, None)\n"
+        f"def elemwise({args}):\n"
+        f"    return _vectorized(core, IBC, OBC, ODT, INPLACE, True, (), ({args},), CORE_SHAPES, None)\n"
     )
     env = dict(zip(("IBC", "OBC", "ODT", "INPLACE"), map(encode_literals, literals), strict=True))
-    env.update(__name__=__name__, _vectorized=_vectorized, core=core, CORE_SHAPES=tuple(() for _ in range(nout)))
-    fn = numba_njit(compile_numba_function_src(src, "elemwise", env, env))
+    env.update(_vectorized=_vectorized, core=core, CORE_SHAPES=tuple(() for _ in range(nout)))
+    return src + "\n# core:\n" + core_src, env
+
+
+def _elemwise(op, node):
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_njit
+    from pytensor.scalar.basic import get_scalar_type
+
+    from pmfast.compiler import native
+
+    scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
+    scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node)
+    src, env = _vectorized_source(op, node, scalar_fn)
+    env.update(__name__=__name__, _pm_empty=native.empty)
+    fn = numba_njit(compile_numba_function_src(src.split("\n# core:\n")[0], "elemwise", env, env))
     key = None
     if scalar_key is not None:
-        key = "pmfast_elemwise_" + hashlib.sha256(repr((VERSION, literals, scalar_key, core_src, src)).encode()).hexdigest()
+        types_ = [(v.type.dtype, v.type.broadcastable) for v in (*node.inputs, *node.outputs)]
+        key = "pmfast_elemwise_" + hashlib.sha256(repr((VERSION, types_, scalar_key, src)).encode()).hexdigest()
     return fn, key
 
 
@@ -299,7 +306,7 @@ def funcify_and_cache_key(op, node):
         return _specify_shape(op, node)
     if type(op) is Elemwise:
         return _elemwise(op, node)
-    if type(op) is DimShuffle and op.input_ndim > 0:
+    if type(op) is DimShuffle:
         return _dimshuffle(op, node)
     if type(op) is Dot and _dot_kind(node) is not None:
         return _dot(op, node)
