@@ -90,7 +90,9 @@ def worker(task: str, side: str, specs: list[str]) -> dict:
     w0, c0 = time.perf_counter(), _cpu()
     if task == "compile":
         compiled = nutpie.compile_pymc_model(model) if side == "stock" else pmfast.compile(model)
-        out.update(timings=getattr(compiled, "timings", {}), cache=dict(cache.stats))
+        out.update(
+            timings=getattr(compiled, "timings", {}), cpu_timings=getattr(compiled, "cpu_timings", {}), cache=dict(cache.stats)
+        )
     elif task == "sample":
         kw = {**PLUGIN, "random_seed": 1, "progressbar": False}
         if side == "plugin":

@@ -49,6 +49,8 @@ class PmfastCompiledModel(_np_compile.CompiledPyMCModel):
     timings: dict[str, float] = field(default_factory=dict)
     kernels: tuple = ()
     """The compiled entries (:class:`pmfast.compiler.entry.Entry`); ``user_data`` holds their addresses."""
+    cpu_timings: dict[str, float] = field(default_factory=dict)
+    """CPU seconds of this process per stage (``timings`` are wall seconds)."""
 
 
 def _with_lock(func):
@@ -112,9 +114,10 @@ def _compile_numba(
     from pmfast.compiler import callbacks, entry, parallel
 
     timings: dict[str, float] = {}
+    cpu_timings: dict[str, float] = {}
 
     def timed(name):
-        return _Timed(name, timings, stage)
+        return _Timed(name, timings, stage, cpu_timings)
 
     with timed("initial point"):
         if freeze_model:
@@ -199,17 +202,19 @@ def _compile_numba(
         passes=tuple(passes),
         timings=timings,
         kernels=(entries["logp"], entries["expand"]),
+        cpu_timings=cpu_timings,
     )
 
 
 class _Timed:
-    def __init__(self, name, timings, stage):
+    def __init__(self, name, timings, stage, cpu_timings=None):
         self.name, self.timings, self.stage = name, timings, stage
+        self.cpu_timings = {} if cpu_timings is None else cpu_timings
 
     def __enter__(self):
         if self.stage is not None:
             self.stage(self.name, None)
-        self.t0 = time.perf_counter()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
         return self
 
     def rename(self, name):
@@ -218,6 +223,7 @@ class _Timed:
 
     def __exit__(self, *exc):
         self.timings[self.name] = time.perf_counter() - self.t0
+        self.cpu_timings[self.name] = time.process_time() - self.c0
         if self.stage is not None and exc[0] is None:
             self.stage(self.name, self.timings[self.name])
 

@@ -107,9 +107,12 @@ def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
 
 def _vectorized_source(op, node, scalar_fn) -> tuple[str, dict]:
     """``elemwise(i0, …)`` calling pytensor's ``_vectorized`` loop with a core function made of the scalar code."""
-    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor import config
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
     from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals
+
+    from pmfast.linker import compile_salt
 
     nin, nout = len(node.inputs), len(node.outputs)
     ins, outs, temps = ([f"_pm_{c}{k}" for k in range(n)] for c, n in (("i", nin), ("o", nout), ("t", nout)))
@@ -117,7 +120,10 @@ def _vectorized_source(op, node, scalar_fn) -> tuple[str, dict]:
     lines += [f"{o}[()] = {t}" for o, t in zip(outs, temps)]
     core_src = f"def core({', '.join(ins + outs)}):\n" + "".join(f"    {line}\n" for line in lines)
     core_env["__name__"] = __name__
-    core = numba_njit(compile_numba_function_src(core_src, "core", core_env, core_env))
+    core_func = compile_numba_function_src(core_src, "core", core_env, core_env)
+    core_key = f"pmfast_core_{hashlib.sha256(repr((VERSION, core_src)).encode()).hexdigest()}"
+    CACHED_SRC_FUNCTIONS[core_func] = f"{core_key}_{compile_salt()}_fastmath{int(config.numba__fastmath)}"
+    core = numba_njit(core_func, cache=True)  # shared by every node (of any model) with this scalar code
     literals = (
         tuple(i.type.broadcastable for i in node.inputs),
         tuple(o.type.broadcastable for o in node.outputs),
