@@ -275,3 +275,12 @@ def test_no_fork_while_other_threads_run():
     finally:
         stop.set()
         t.join()
+
+
+def test_cached_elemwise_code_tells_constants_apart():
+    """Scalar code that differs only in a constant never shares a cache entry (both in one cache)."""
+    x = pt.dvector("x")
+    values = np.array([0.5, 1.0])
+    for c in (2.0, 3.0, 2.5):
+        (fn, _) = both([x], pt.exp(x * c) + 1.0)
+        np.testing.assert_allclose(fn(values), np.exp(values * c) + 1.0, rtol=1e-15)

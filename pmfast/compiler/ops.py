@@ -42,7 +42,7 @@ import hashlib
 import numpy as np
 
 #: Bump when an implementation here changes (part of its cache key).
-VERSION = 4
+VERSION = 5
 
 
 class SpecifyShapeError(AssertionError):
@@ -105,7 +105,7 @@ def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
     return lines, env
 
 
-def _vectorized_source(op, node, scalar_fn) -> tuple[str, dict]:
+def _vectorized_source(op, node, scalar_fn, scalar_key) -> tuple[str, dict]:
     """``elemwise(i0, …)`` calling pytensor's ``_vectorized`` loop with a core function made of the scalar code."""
     from pytensor import config
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
@@ -121,9 +121,11 @@ def _vectorized_source(op, node, scalar_fn) -> tuple[str, dict]:
     core_src = f"def core({', '.join(ins + outs)}):\n" + "".join(f"    {line}\n" for line in lines)
     core_env["__name__"] = __name__
     core_func = compile_numba_function_src(core_src, "core", core_env, core_env)
-    core_key = f"pmfast_core_{hashlib.sha256(repr((VERSION, core_src)).encode()).hexdigest()}"
-    CACHED_SRC_FUNCTIONS[core_func] = f"{core_key}_{compile_salt()}_fastmath{int(config.numba__fastmath)}"
-    core = numba_njit(core_func, cache=True)  # shared by every node (of any model) with this scalar code
+    if scalar_key is not None:
+        # the source names the scalar ops' functions and constants: the scalar key covers what they are
+        core_key = hashlib.sha256(repr((VERSION, scalar_key, core_src)).encode()).hexdigest()
+        CACHED_SRC_FUNCTIONS[core_func] = f"pmfast_core_{core_key}_{compile_salt()}_fastmath{int(config.numba__fastmath)}"
+    core = numba_njit(core_func, cache=scalar_key is not None)  # shared by every node with this scalar code
     literals = (
         tuple(i.type.broadcastable for i in node.inputs),
         tuple(o.type.broadcastable for o in node.outputs),
@@ -149,7 +151,7 @@ def _elemwise(op, node):
 
     scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
     scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node)
-    src, env = _vectorized_source(op, node, scalar_fn)
+    src, env = _vectorized_source(op, node, scalar_fn, scalar_key)
     env.update(__name__=__name__, _pm_empty=native.empty)
     fn = numba_njit(compile_numba_function_src(src.split("\n# core:\n")[0], "elemwise", env, env))
     key = None
