@@ -124,17 +124,27 @@ class _State:
         self.deduped = 0
 
 
+@functools.lru_cache(maxsize=None)
 def compile_salt() -> str:
-    """Suffix of every cache key this linker writes: pmfast's code generation and numba overloads.
+    """Suffix of every cache key pmfast writes: its version and the code that generates what is cached.
 
     Functions compiled under pmfast's numba overloads and op implementations
     (:mod:`pmfast.compiler`) never share cache entries with stock pytensor,
-    and a pmfast version change never loads an entry an older one wrote.
+    and a pmfast version (or a change to its code generation: this module
+    and :mod:`pmfast.compiler`, hashed) or a pytensor upgrade never loads an
+    entry an older one wrote (numba's own index already tells numba versions apart).
     """
-    from pmfast import __version__
-    from pmfast.compiler import ops, overloads
+    import hashlib
+    from pathlib import Path
 
-    return f"pmfast{__version__}_ov{overloads.VERSION}_ops{ops.VERSION}"
+    import pytensor
+
+    from pmfast import __version__, compiler
+
+    h = hashlib.sha256(f"{pytensor.__version__}".encode() + Path(__file__).read_bytes())
+    for path in sorted(Path(compiler.__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    return f"pmfast{__version__}_{h.hexdigest()[:16]}"
 
 
 def _salt(key, chunked: bool):

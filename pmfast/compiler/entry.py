@@ -274,11 +274,13 @@ def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -
 
     from pmfast import __version__
     from pmfast.compiler import overloads
+    from pmfast.linker import compile_salt
 
     ident = (
         ENTRY_VERSION,
         __version__,
         overloads.VERSION,
+        compile_salt(),
         numba.__version__,
         graph_key,
         src,
