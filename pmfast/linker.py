@@ -1,12 +1,18 @@
-"""pmfast's numba linker: chunked wide calls, one dispatcher per cache key, a lean graph function.
+"""pmfast's numba linker: pmfast's op implementations, chunked wide calls, one dispatcher per cache key.
 
-``ChunkedNumbaLinker`` is pytensor's ``NumbaLinker`` with three changes to code
-generation, all active only while it converts a graph, and two to how the
+``ChunkedNumbaLinker`` (every pmfast mode with a pass selected) is pytensor's
+``NumbaLinker`` with four changes to code generation, all active only while
+it converts a graph, and two to how the
 graph function is compiled (see :meth:`ChunkedNumbaLinker.jit_compile`: it is
 the final function itself, with no ``*args`` wrapper around it; and for big
 graphs :func:`_lean_compiler` frees the lowering's garbage before LLVM
 codegen, the peak of the compile):
 
+* **pmfast's op implementations** (:mod:`pmfast.compiler.ops`: Elemwise,
+  DimShuffle, vector-shaped Dot, SpecifyShape) instead of pytensor's, for
+  what they cost to compile; generated from source with only globals, numba
+  caches them without pytensor's ``*args`` wrapper. Every cache key this
+  linker writes ends with :func:`compile_salt`.
 * **Chunked calls.** CPython 3.11 compiles a call or tuple display with more
   than 30 items as ``BUILD_LIST`` + ``LIST_APPEND``… + ``CALL_FUNCTION_EX``, which
   numba lowers as a chain of one-element tuple concatenations (O(n²) IR). Every
