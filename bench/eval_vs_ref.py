@@ -28,7 +28,8 @@ SIZES = {"wide_additive": "wide_additive:n=12"}
 def pair(python: str, spec: str, repeats: int, compiledir: str) -> dict:
     env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
     cmd = [python, "-m", "pmfast.bench", spec, "--pair", "--repeats", str(repeats)]
-    out = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    # a neutral working directory: each interpreter imports its own install, not a checkout in the cwd
+    out = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tempfile.gettempdir())
     if out.returncode:
         raise RuntimeError(f"{python} {spec}: {out.stdout[-500:]} {out.stderr[-500:]}")
     times = json.loads(out.stdout.strip().splitlines()[-1])
