@@ -10,6 +10,8 @@ nutpie changes any of the helpers.
 
 from __future__ import annotations
 
+import contextlib
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -91,7 +93,7 @@ def compile_numba(
 
     check_nutpie()
     compiler.setup()
-    with overloads.plain_errors():
+    with overloads.plain_errors(), _python_vm():
         return _compile_numba(
             model,
             mode,
@@ -103,6 +105,29 @@ def compile_numba(
             freeze_model=freeze_model,
             stage=stage,
         )
+
+
+@contextlib.contextmanager
+def _python_vm():
+    """pytensor's Python VM for the helper functions compiled meanwhile (initial point, shapes).
+
+    pymc and nutpie compile them in pytensor's ``FAST_COMPILE`` mode, whose VM
+    imports pytensor's C VM extension, which a new compile directory first
+    builds with the C compiler (~0.7 s). pmfast runs those two functions once
+    per chain and needs no C VM: while it compiles, that import fails and
+    pytensor falls back to its Python VM (as it does without a C compiler).
+    Nothing changes if the C VM is already loaded.
+    """
+    name = "pytensor.link.c.cvm"
+    if name in sys.modules:
+        yield
+        return
+    sys.modules[name] = None
+    try:
+        yield
+    finally:
+        if sys.modules.get(name, "missing") is None:
+            del sys.modules[name]
 
 
 def _compile_numba(
