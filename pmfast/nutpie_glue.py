@@ -11,6 +11,7 @@ nutpie changes any of the helpers.
 from __future__ import annotations
 
 import contextlib
+import functools
 import sys
 import threading
 import time
@@ -107,6 +108,16 @@ def compile_numba(
         )
 
 
+def _child_compile(cores, expand) -> None:
+    """What the forked process compiles into the cache (see :mod:`pmfast.compiler.parallel`)."""
+    from pmfast.compiler import inline
+
+    for core, argtypes in cores:
+        if not inline.is_cached(core):
+            core.compile(argtypes)
+    expand.compile()
+
+
 @contextlib.contextmanager
 def _python_vm():
     """pytensor's Python VM for the helper functions compiled meanwhile (initial point, shapes).
@@ -136,7 +147,7 @@ def _compile_numba(
     from pymc.initial_point import make_initial_point_fn
     from pymc.model.transform.optimization import freeze_dims_and_data
 
-    from pmfast.compiler import callbacks, entry, parallel
+    from pmfast.compiler import callbacks, entry, ops, parallel
 
     timings: dict[str, float] = {}
     cpu_timings: dict[str, float] = {}
@@ -191,9 +202,13 @@ def _compile_numba(
         "logp": entry.prepare_entry(spec("logp", logp_fn_pt, n_dim), logp_fn_pt),
         "expand": entry.prepare_entry(spec("expand", expand_fn_pt, n_expanded), expand_fn_pt),
     }
-    # the expand entry compiles in a forked process (the other core) while this one compiles logp+grad
+    # a forked process (the other core) compiles the Elemwise cores the logp+grad entry will need,
+    # then the expand entry, into the cache, while this one compiles logp+grad
     expand = prepared["expand"]
-    child = parallel.fork(expand.compile) if expand.key is not None and not expand.in_cache() else None
+    child = None
+    if expand.key is not None and not expand.in_cache():
+        graph_globals = entry.graph_function(logp_fn_pt.vm.jit_fn).__globals__.values()
+        child = parallel.fork(functools.partial(_child_compile, ops.cores(graph_globals), expand))
     entries = {}
     with timed("numba: logp+grad kernel") as t:
         entries["logp"] = prepared["logp"].compile()
