@@ -77,8 +77,12 @@ def worker(task: str, side: str, specs: list[str]) -> dict:
     import pymc as pm
 
     import pmfast
-    from pmfast.compiler import cache
     from pmfast.loading import load_model
+
+    try:
+        from pmfast.compiler import cache
+    except ImportError:  # a reference checkout from before pmfast.compiler (--ref-python)
+        from pmfast import wrappers as cache
 
     out = {"import_s": time.perf_counter() - t0, "load": load}
     if task == "populate":
@@ -113,10 +117,15 @@ def worker(task: str, side: str, specs: list[str]) -> dict:
     return out
 
 
+PYTHONS = {"stock": sys.executable, "pmfast": sys.executable}
+
+
 def run(task: str, side: str, specs, compiledir: str) -> dict:
     env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
-    cmd = [sys.executable, __file__, "--worker", task, side, *specs]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    python = PYTHONS.get(side, sys.executable)
+    cmd = [python, os.path.abspath(__file__), "--worker", task, "pmfast" if side == "ref" else side, *specs]
+    # a neutral working directory: each interpreter imports its own install
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     if out.returncode:
         raise RuntimeError(f"{task} {side} {specs}: {out.stderr.strip().splitlines()[-3:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -137,6 +146,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=2, help="runs per side for cold, used, plugin and firstrun")
     ap.add_argument("--warm", type=int, default=3, help="warm processes per side")
     ap.add_argument("--json")
+    ap.add_argument("--ref-python", help="also time pmfast.compile of a reference install (side 'ref': cold, warm, used)")
     ap.add_argument("--worker", nargs="+", metavar="ARG")
     args = ap.parse_args(argv)
     if args.worker:
@@ -144,7 +154,10 @@ def main(argv=None) -> None:
         print(json.dumps(worker(task, side, specs)))
         return
     scenarios = args.scenarios.split(",")
-    results: dict = {"models": args.models, "scenarios": scenarios, "rows": {}}
+    sides = ("stock", "pmfast", "ref") if args.ref_python else ("stock", "pmfast")
+    if args.ref_python:
+        PYTHONS["ref"] = args.ref_python
+    results: dict = {"models": args.models, "scenarios": scenarios, "sides": sides, "rows": {}}
 
     def save():
         if args.json:
@@ -157,7 +170,7 @@ def main(argv=None) -> None:
             row = results["rows"].setdefault(spec, {})
             dirs = {}
             if "cold" in scenarios or "warm" in scenarios or "plugin" in scenarios:
-                for side in ("stock", "pmfast"):
+                for side in sides:
                     cold = []
                     for r in range(args.repeats):
                         d = tempfile.mkdtemp(dir=tmp)
@@ -169,7 +182,7 @@ def main(argv=None) -> None:
                 row["cold_ratio_cpu"] = _median(row["cold_pmfast"], "cpu_s") / _median(row["cold_stock"], "cpu_s")
                 print(f"{spec:<28}cold  ratio  {row['cold_ratio']:.2f} (cpu {row['cold_ratio_cpu']:.2f})", flush=True)
             if "warm" in scenarios:
-                for side in ("stock", "pmfast"):
+                for side in sides:
                     row[f"warm_{side}"] = [run("compile", side, [spec], dirs[side]) for _ in range(args.warm)]
                     print(f"{spec:<28}warm  {side:<7}{_fmt(row[f'warm_{side}'])}", flush=True)
             if "plugin" in scenarios:
@@ -180,16 +193,17 @@ def main(argv=None) -> None:
                     print(f"{spec:<28}sample {side:<6}{_fmt(row[f'plugin_{side}'])}", flush=True)
                 row["plugin_ratio"] = _median(row["plugin_plugin"]) / _median(row["plugin_pmfast"])
             if "used" in scenarios:
-                base = tempfile.mkdtemp(dir=tmp)
-                others = [m for m in args.models if m != spec]
-                row["used_populate"] = run("populate", "pmfast", others, base)
-                used = []
-                for r in range(args.repeats):
-                    d = tempfile.mkdtemp(dir=tmp)
-                    shutil.copytree(base, d, dirs_exist_ok=True)
-                    used.append(run("compile", "pmfast", [spec], d))
-                row["used_pmfast"] = used
-                print(f"{spec:<28}used  pmfast {_fmt(used)}", flush=True)
+                for side in sides[1:]:
+                    base = tempfile.mkdtemp(dir=tmp)
+                    others = [m for m in args.models if m != spec]
+                    row[f"used_populate_{side}"] = run("populate", side, others, base)
+                    used = []
+                    for r in range(args.repeats):
+                        d = tempfile.mkdtemp(dir=tmp)
+                        shutil.copytree(base, d, dirs_exist_ok=True)
+                        used.append(run("compile", side, [spec], d))
+                    row[f"used_{side}"] = used
+                    print(f"{spec:<28}used  {side:<7}{_fmt(used)}", flush=True)
             if "firstrun" in scenarios:
                 for r in range(args.repeats):
                     for side in ("jax", "pmfast"):
