@@ -146,7 +146,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=2, help="runs per side for cold, used, plugin and firstrun")
     ap.add_argument("--warm", type=int, default=3, help="warm processes per side")
     ap.add_argument("--json")
-    ap.add_argument("--ref-python", help="also time pmfast.compile of a reference install (side 'ref': cold, warm, used)")
+    ap.add_argument("--ref-python", help="also time pmfast.compile of a reference install (side 'ref': cold, warm)")
     ap.add_argument("--worker", nargs="+", metavar="ARG")
     args = ap.parse_args(argv)
     if args.worker:
@@ -193,7 +193,7 @@ def main(argv=None) -> None:
                     print(f"{spec:<28}sample {side:<6}{_fmt(row[f'plugin_{side}'])}", flush=True)
                 row["plugin_ratio"] = _median(row["plugin_plugin"]) / _median(row["plugin_pmfast"])
             if "used" in scenarios:
-                for side in sides[1:]:
+                for side in ("pmfast",):
                     base = tempfile.mkdtemp(dir=tmp)
                     others = [m for m in args.models if m != spec]
                     row[f"used_populate_{side}"] = run("populate", side, others, base)
