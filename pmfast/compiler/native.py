@@ -229,3 +229,53 @@ def data_pointer(typingctx, ary):
         return make_array(ary)(context, builder, args[0]).data
 
     return ptrty(ary), codegen
+
+
+@intrinsic
+def blas_dgemv(typingctx, trans, m, n, a, lda, x, y):
+    """``blas_dgemv(trans, m, n, a, lda, x, y)``: ``y = op(A) @ x`` by BLAS (float64, unit strides).
+
+    ``A`` is column-major ``m × n`` at pointer ``a`` with leading dimension
+    ``lda``; ``op`` is the transpose when ``trans`` is the literal ``"t"``.
+    The call goes to numba's own BLAS wrapper (``numba_xxgemv``, resolved by
+    name, so the compiled code can be cached), as ``np.dot`` does, without
+    the overloads ``np.dot`` compiles around it.
+    """
+    if not isinstance(trans, types.StringLiteral) or trans.literal_value not in ("n", "t"):
+        return None
+    if not all(isinstance(t, types.CPointer) and t.dtype == types.float64 for t in (a, x, y)):
+        return None
+    from numba.np.linalg import ensure_blas
+
+    ensure_blas()
+    code = ord(trans.literal_value)
+
+    def codegen(context, builder, sig, args):
+        from numba.np.linalg import check_blas_return, ll_char, ll_void_p, make_constant_slot
+
+        _, m_, n_, a_, lda_, x_, y_ = args
+        intp = cgutils.intp_t
+        fnty = ir.FunctionType(ir.IntType(32), [ll_char, ll_char, intp, intp, ll_void_p, ll_void_p, intp, ll_void_p, ll_void_p, ll_void_p])
+        fn = cgutils.get_or_insert_function(builder.module, fnty, "numba_xxgemv")
+        alpha = make_constant_slot(context, builder, types.float64, 1.0)
+        beta = make_constant_slot(context, builder, types.float64, 0.0)
+        cast = [context.cast(builder, v, t, types.intp) for v, t in ((m_, sig.args[1]), (n_, sig.args[2]), (lda_, sig.args[4]))]
+        res = builder.call(
+            fn,
+            (
+                ll_char(ord("d")),
+                ll_char(code),
+                cast[0],
+                cast[1],
+                builder.bitcast(alpha, ll_void_p),
+                builder.bitcast(a_, ll_void_p),
+                cast[2],
+                builder.bitcast(x_, ll_void_p),
+                builder.bitcast(beta, ll_void_p),
+                builder.bitcast(y_, ll_void_p),
+            ),
+        )
+        check_blas_return(context, builder, res)
+        return context.get_dummy_value()
+
+    return types.none(trans, m, n, a, lda, x, y), codegen

@@ -23,10 +23,11 @@ behaves the same: same results, same exception type and message.
   (pytensor's rewrites turn ``X @ beta`` into matrix × column: then one
   side has static length 1): pytensor calls ``np.dot``, whose numba
   implementation (BLAS calls behind layout checks and copies) costs ~0.7 s
-  to compile in a new process. Here a loop over the contiguous axis (rows of
-  a C matrix, columns of an F one: the gradient's transposed design matrix),
-  with numba's error for sizes that don't match. Other matrix products stay
-  BLAS.
+  to compile in a new process. Here the same BLAS matrix-vector product
+  (numba's own wrapper, :func:`pmfast.compiler.native.blas_dgemv`) when the
+  matrix is C- or F-contiguous (the design matrix, the gradient's transpose
+  of it), a loop otherwise, with numba's error for sizes that don't match.
+  Vector · vector is a loop. Other matrix products stay pytensor's.
 
 :func:`funcify_and_cache_key` returns ``(numba function, cache key)`` for an
 op pmfast implements, or None; the functions are generated from source with
@@ -218,48 +219,58 @@ def dot(x, y):
                 out[i] += x[i, j] * yj
     return out
 """,
-    # matrix x column (static length-1 second axis): matrix x vector
+    # matrix x column (static length-1 second axis): matrix x vector; BLAS when the matrix is contiguous
     (2, "col"): """
 def dot(x, y):
     m, k = x.shape
     if y.shape[0] != k:
         raise ValueError("incompatible array sizes for np.dot(a, b) (matrix * matrix)")
     out = _pm_empty((m, 1), _pm_f64)
-    if x.strides[0] >= x.strides[1]:
-        for i in range(m):
-            acc = 0.0
+    c_layout = x.strides[1] == 8 and (x.strides[0] == 8 * k or m == 1)
+    f_layout = x.strides[0] == 8 and (x.strides[1] == 8 * m or k == 1)
+    if m > 0 and k > 0 and (c_layout or f_layout):
+        v = y[:, 0]
+        if v.strides[0] != 8:
+            v = _pm_empty(k, _pm_f64)
             for j in range(k):
-                acc += x[i, j] * y[j, 0]
-            out[i, 0] = acc
-    else:
-        for i in range(m):
-            out[i, 0] = 0.0
+                v[j] = y[j, 0]
+        if c_layout:
+            _pm_gemv("t", k, m, _pm_ptr(x), k, _pm_ptr(v), _pm_ptr(out))
+        else:
+            _pm_gemv("n", m, k, _pm_ptr(x), m, _pm_ptr(v), _pm_ptr(out))
+        return out
+    for i in range(m):
+        acc = 0.0
         for j in range(k):
-            yj = y[j, 0]
-            for i in range(m):
-                out[i, 0] += x[i, j] * yj
+            acc += x[i, j] * y[j, 0]
+        out[i, 0] = acc
     return out
 """,
-    # row (static length-1 first axis) x matrix: vector x matrix
+    # row (static length-1 first axis) x matrix: vector x matrix, i.e. (y.T @ x.T).T
     ("row", 2): """
 def dot(x, y):
     k, n = y.shape
     if x.shape[1] != k:
         raise ValueError("incompatible array sizes for np.dot(a, b) (matrix * matrix)")
     out = _pm_empty((1, n), _pm_f64)
-    if y.strides[1] >= y.strides[0]:
-        for j in range(n):
-            acc = 0.0
+    c_layout = y.strides[1] == 8 and (y.strides[0] == 8 * n or k == 1)
+    f_layout = y.strides[0] == 8 and (y.strides[1] == 8 * k or n == 1)
+    if n > 0 and k > 0 and (c_layout or f_layout):
+        v = x[0]
+        if v.strides[0] != 8:
+            v = _pm_empty(k, _pm_f64)
             for i in range(k):
-                acc += x[0, i] * y[i, j]
-            out[0, j] = acc
-    else:
-        for j in range(n):
-            out[0, j] = 0.0
+                v[i] = x[0, i]
+        if c_layout:
+            _pm_gemv("n", n, k, _pm_ptr(y), n, _pm_ptr(v), _pm_ptr(out))
+        else:
+            _pm_gemv("t", k, n, _pm_ptr(y), k, _pm_ptr(v), _pm_ptr(out))
+        return out
+    for j in range(n):
+        acc = 0.0
         for i in range(k):
-            xi = x[0, i]
-            for j in range(n):
-                out[0, j] += xi * y[i, j]
+            acc += x[0, i] * y[i, j]
+        out[0, j] = acc
     return out
 """,
     (1, 2): """
@@ -293,7 +304,13 @@ def _dot(op, node):
     from pmfast.compiler import native
 
     src = _DOT_SOURCES[_dot_kind(node)].lstrip()
-    env = {"__name__": __name__, "_pm_empty": native.empty, "_pm_f64": np.float64}
+    env = {
+        "__name__": __name__,
+        "_pm_empty": native.empty,
+        "_pm_f64": np.float64,
+        "_pm_gemv": native.blas_dgemv,
+        "_pm_ptr": native.data_pointer,
+    }
     key = "pmfast_dot_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
     return numba_njit(compile_numba_function_src(src, "dot", env, env)), key
 
