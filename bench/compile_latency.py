@@ -1,10 +1,25 @@
-"""Cold and warm compile time, pmfast.compile vs nutpie.compile_pymc_model, each in a fresh process.
+"""Compile latency, pmfast vs stock nutpie, every measurement in a fresh process.
 
-    python bench/compile_latency.py [MODELS...] [--passes all] [--json FILE]
+    python bench/compile_latency.py [MODELS...] [--scenarios cold,used,warm,plugin,firstrun]
+                                    [--repeats 2] [--warm 3] [--json FILE]
 
-Per model and side, a fresh pytensor compile directory (and so numba cache) is
-made; the first process compiles cold, the next ones (``--warm N``) find the
-cache of the first. Times exclude imports and model building. Reports medians.
+Scenarios (each side of each run is its own process; seconds exclude imports
+and model building unless stated):
+
+* ``cold``: empty pytensor/numba caches (a fresh ``base_compiledir``):
+  ``nutpie.compile_pymc_model`` vs ``pmfast.compile``.
+* ``warm``: the same call again in ``--warm`` new processes on the cold run's
+  cache (median).
+* ``used``: a new model on a used machine: one process compiles every other
+  model of the run into a fresh cache, then ``pmfast.compile`` of the model
+  is timed (on copies of that cache, ``--repeats`` times).
+* ``plugin``: warm cache, ``pm.sample(nuts_sampler="nutpie")`` under
+  ``pmfast.enabled()`` vs ``pmfast.sample``, same draws (wall of the call).
+* ``firstrun``: empty caches, compile + 2 chains x 1,000 tune + 1,000 draws
+  with one seed: pmfast vs nutpie's JAX backend (total wall incl. compile).
+
+Every figure comes with the process's CPU seconds (its forked children
+included) and the load average at the start of the run: the machine is shared.
 """
 
 from __future__ import annotations
@@ -12,80 +27,195 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-DEFAULT = ("radon_intercept", "radon_slope", "eight_schools_noncentered", "irt_2pl")
+DEFAULT = (
+    "radon_intercept",
+    "radon_slope",
+    "eight_schools_noncentered",
+    "eight_schools_centered",
+    "irt_2pl",
+    "hier_logistic",
+    "crossed_effects",
+    "bradley_terry",
+    "poisson_offset",
+    "negbin",
+    "stoch_vol",
+)
+SCENARIOS = ("cold", "warm", "used", "plugin", "firstrun")
+FIRSTRUN = {"draws": 1000, "tune": 1000, "chains": 2, "seed": 1}
+PLUGIN = {"draws": 500, "tune": 500, "chains": 2}
 
 
-def worker(model_spec: str, side: str, passes: str) -> dict:
+def _cpu() -> float:
+    import resource
+
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def _quiet():
+    import logging
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("pytensor").setLevel(logging.CRITICAL)
+
+
+def worker(task: str, side: str, specs: list[str]) -> dict:
+    """One measurement in this (fresh) process; see the module docstring."""
+    _quiet()
+    load = os.getloadavg()[0]
     t0 = time.perf_counter()
     import nutpie
+    import pymc as pm
 
     import pmfast
-    from pmfast import wrappers
     from pmfast.loading import load_model
 
-    t_import = time.perf_counter() - t0
-    model, _ = load_model(model_spec)
-    t0 = time.perf_counter()
-    if side == "stock":
-        compiled = nutpie.compile_pymc_model(model)
-        timings = {}
+    try:
+        from pmfast.compiler import cache
+    except ImportError:  # a reference checkout from before pmfast.compiler (--ref-python)
+        from pmfast import wrappers as cache
+
+    out = {"import_s": time.perf_counter() - t0, "load": load}
+    if task == "populate":
+        for spec in specs:
+            pmfast.compile(load_model(spec)[0])
+        return out
+    (spec,) = specs
+    model, _ = load_model(spec)
+    w0, c0 = time.perf_counter(), _cpu()
+    if task == "compile":
+        compiled = nutpie.compile_pymc_model(model) if side == "stock" else pmfast.compile(model)
+        out.update(
+            timings=getattr(compiled, "timings", {}), cpu_timings=getattr(compiled, "cpu_timings", {}), cache=dict(cache.stats)
+        )
+    elif task == "sample":
+        kw = {**PLUGIN, "random_seed": 1, "progressbar": False}
+        if side == "plugin":
+            with pmfast.enabled():
+                pm.sample(nuts_sampler="nutpie", model=model, **kw)
+        else:
+            pmfast.sample(model, draws=kw["draws"], tune=kw["tune"], chains=kw["chains"], seed=1, progress=False)
+    elif task == "firstrun":
+        if side == "jax":
+            compiled = nutpie.compile_pymc_model(model, backend="jax", gradient_backend="pytensor")
+        else:
+            compiled = pmfast.compile(model)
+        out["compile_s"] = time.perf_counter() - w0
+        nutpie.sample(compiled, progress_bar=False, **FIRSTRUN)
     else:
-        compiled = pmfast.compile(model, passes=passes)
-        timings = compiled.timings
-    return {
-        "compile_s": time.perf_counter() - t0,
-        "import_s": t_import,
-        "timings": timings,
-        "wrapper_cache": dict(wrappers.stats),
-        "n_dim": int(compiled.n_dim),
-    }
+        raise ValueError(task)
+    out.update(wall_s=time.perf_counter() - w0, cpu_s=_cpu() - c0, load_end=os.getloadavg()[0])
+    return out
 
 
-def run(model_spec: str, side: str, passes: str, compiledir: str) -> dict:
+PYTHONS = {"stock": sys.executable, "pmfast": sys.executable}
+
+
+def run(task: str, side: str, specs, compiledir: str) -> dict:
     env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
-    cmd = [sys.executable, __file__, "--worker", model_spec, side, "--passes", passes]
-    out = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    python = PYTHONS.get(side, sys.executable)
+    cmd = [python, os.path.abspath(__file__), "--worker", task, "pmfast" if side == "ref" else side, *specs]
+    # a neutral working directory: each interpreter imports its own install
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=tempfile.gettempdir())
     if out.returncode:
-        raise RuntimeError(f"{model_spec} {side}: {out.stderr.strip().splitlines()[-1:]}")
+        raise RuntimeError(f"{task} {side} {specs}: {out.stderr.strip().splitlines()[-3:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _median(runs, key="wall_s"):
+    return statistics.median(r[key] for r in runs)
+
+
+def _fmt(runs) -> str:
+    return f"{_median(runs):6.2f} s (cpu {_median(runs, 'cpu_s'):5.2f}, load {max(r['load'] for r in runs):.1f})"
 
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("models", nargs="*", default=list(DEFAULT))
-    ap.add_argument("--passes", default="all")
+    ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--repeats", type=int, default=2, help="runs per side for cold, used, plugin and firstrun")
     ap.add_argument("--warm", type=int, default=3, help="warm processes per side")
     ap.add_argument("--json")
-    ap.add_argument("--worker", nargs=2, metavar=("MODEL", "SIDE"))
+    ap.add_argument("--ref-python", help="also time pmfast.compile of a reference install (side 'ref': cold, warm)")
+    ap.add_argument("--worker", nargs="+", metavar="ARG")
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(*args.worker, args.passes)))
+        task, side, *specs = args.worker
+        print(json.dumps(worker(task, side, specs)))
         return
-    rows = []
-    print(f"{'model':<28}{'side':<8}{'cold s':>9}{'warm s':>9}  warm stages")
-    for spec in args.models:
-        row = {"model": spec}
-        for side in ("stock", "pmfast"):
-            with tempfile.TemporaryDirectory(prefix="pmfast-latency-") as d:
-                cold = run(spec, side, args.passes, d)
-                warm = [run(spec, side, args.passes, d) for _ in range(args.warm)]
-            w = statistics.median(r["compile_s"] for r in warm)
-            row[side] = {"cold_s": cold["compile_s"], "warm_s": w, "warm_runs": warm, "cold_run": cold}
-            stages = ", ".join(f"{k} {v:.2f}" for k, v in warm[-1]["timings"].items())
-            print(f"{spec:<28}{side:<8}{cold['compile_s']:9.2f}{w:9.2f}  {stages}", flush=True)
-        row["cold_ratio"] = row["pmfast"]["cold_s"] / row["stock"]["cold_s"]
-        row["warm_ratio"] = row["pmfast"]["warm_s"] / row["stock"]["warm_s"]
-        print(f"{'':<28}{'ratio':<8}{row['cold_ratio']:9.2f}{row['warm_ratio']:9.2f}", flush=True)
-        rows.append(row)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(rows, f, indent=1)
+    scenarios = args.scenarios.split(",")
+    sides = ("stock", "pmfast", "ref") if args.ref_python else ("stock", "pmfast")
+    if args.ref_python:
+        PYTHONS["ref"] = args.ref_python
+    results: dict = {"models": args.models, "scenarios": scenarios, "sides": sides, "rows": {}}
+
+    def save():
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(results, f, indent=1)
+
+    tmp = tempfile.mkdtemp(prefix="pmfast-latency-")
+    try:
+        for spec in args.models:
+            row = results["rows"].setdefault(spec, {})
+            dirs = {}
+            if "cold" in scenarios or "warm" in scenarios or "plugin" in scenarios:
+                for side in sides:
+                    cold = []
+                    for r in range(args.repeats):
+                        d = tempfile.mkdtemp(dir=tmp)
+                        cold.append(run("compile", side, [spec], d))
+                        dirs[side] = d
+                    row[f"cold_{side}"] = cold
+                    print(f"{spec:<28}cold  {side:<7}{_fmt(cold)}", flush=True)
+                row["cold_ratio"] = _median(row["cold_pmfast"]) / _median(row["cold_stock"])
+                row["cold_ratio_cpu"] = _median(row["cold_pmfast"], "cpu_s") / _median(row["cold_stock"], "cpu_s")
+                print(f"{spec:<28}cold  ratio  {row['cold_ratio']:.2f} (cpu {row['cold_ratio_cpu']:.2f})", flush=True)
+            if "warm" in scenarios:
+                for side in sides:
+                    row[f"warm_{side}"] = [run("compile", side, [spec], dirs[side]) for _ in range(args.warm)]
+                    print(f"{spec:<28}warm  {side:<7}{_fmt(row[f'warm_{side}'])}", flush=True)
+            if "plugin" in scenarios:
+                for r in range(args.repeats):
+                    for side in ("pmfast", "plugin"):
+                        row.setdefault(f"plugin_{side}", []).append(run("sample", side, [spec], dirs["pmfast"]))
+                for side in ("pmfast", "plugin"):
+                    print(f"{spec:<28}sample {side:<6}{_fmt(row[f'plugin_{side}'])}", flush=True)
+                row["plugin_ratio"] = _median(row["plugin_plugin"]) / _median(row["plugin_pmfast"])
+            if "used" in scenarios:
+                for side in ("pmfast",):
+                    base = tempfile.mkdtemp(dir=tmp)
+                    others = [m for m in args.models if m != spec]
+                    row[f"used_populate_{side}"] = run("populate", side, others, base)
+                    used = []
+                    for r in range(args.repeats):
+                        d = tempfile.mkdtemp(dir=tmp)
+                        shutil.copytree(base, d, dirs_exist_ok=True)
+                        used.append(run("compile", side, [spec], d))
+                    row[f"used_{side}"] = used
+                    print(f"{spec:<28}used  {side:<7}{_fmt(used)}", flush=True)
+            if "firstrun" in scenarios:
+                for r in range(args.repeats):
+                    for side in ("jax", "pmfast"):
+                        d = tempfile.mkdtemp(dir=tmp)
+                        row.setdefault(f"firstrun_{side}", []).append(run("firstrun", side, [spec], d))
+                for side in ("jax", "pmfast"):
+                    runs = row[f"firstrun_{side}"]
+                    print(f"{spec:<28}first {side:<7}{_fmt(runs)} compile {_median(runs, 'compile_s'):.2f}", flush=True)
+            save()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    save()
 
 
 if __name__ == "__main__":

@@ -1,12 +1,18 @@
-"""pmfast's numba linker: chunked wide calls, one dispatcher per cache key, a lean graph function.
+"""pmfast's numba linker: pmfast's op implementations, chunked wide calls, one dispatcher per cache key.
 
-``ChunkedNumbaLinker`` is pytensor's ``NumbaLinker`` with three changes to code
-generation, all active only while it converts a graph, and two to how the
+``ChunkedNumbaLinker`` (every pmfast mode with a pass selected) is pytensor's
+``NumbaLinker`` with four changes to code generation, all active only while
+it converts a graph, and two to how the
 graph function is compiled (see :meth:`ChunkedNumbaLinker.jit_compile`: it is
 the final function itself, with no ``*args`` wrapper around it; and for big
 graphs :func:`_lean_compiler` frees the lowering's garbage before LLVM
 codegen, the peak of the compile):
 
+* **pmfast's op implementations** (:mod:`pmfast.compiler.ops`: Elemwise,
+  DimShuffle, vector-shaped Dot, SpecifyShape) instead of pytensor's, for
+  what they cost to compile; generated from source with only globals, numba
+  caches them without pytensor's ``*args`` wrapper. Every cache key this
+  linker writes ends with :func:`compile_salt`.
 * **Chunked calls.** CPython 3.11 compiles a call or tuple display with more
   than 30 items as ``BUILD_LIST`` + ``LIST_APPEND``… + ``CALL_FUNCTION_EX``, which
   numba lowers as a chain of one-element tuple concatenations (O(n²) IR). Every
@@ -124,10 +130,34 @@ class _State:
         self.deduped = 0
 
 
-def _salt(key, salt_needed: bool):
-    if key is None or not salt_needed:
+@functools.lru_cache(maxsize=None)
+def compile_salt() -> str:
+    """Suffix of every cache key pmfast writes: its version and the code that generates what is cached.
+
+    Functions compiled under pmfast's numba overloads and op implementations
+    (:mod:`pmfast.compiler`) never share cache entries with stock pytensor,
+    and a pmfast version (or a change to its code generation: this module
+    and :mod:`pmfast.compiler`, hashed) or a pytensor upgrade never loads an
+    entry an older one wrote (numba's own index already tells numba versions apart).
+    """
+    import hashlib
+    from pathlib import Path
+
+    import pytensor
+
+    from pmfast import __version__, compiler
+
+    h = hashlib.sha256(f"{pytensor.__version__}".encode() + Path(__file__).read_bytes())
+    for path in sorted(Path(compiler.__file__).parent.glob("*.py")):
+        h.update(path.read_bytes())
+    return f"pmfast{__version__}_{h.hexdigest()[:16]}"
+
+
+def _salt(key, chunked: bool):
+    if key is None:
         return key
-    return f"{key}_pmfast_chunked{VERSION}"
+    key = f"{key}_{compile_salt()}"
+    return f"{key}_pmfast_chunked{VERSION}" if chunked else key
 
 
 @contextlib.contextmanager
@@ -135,7 +165,9 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
     """Patch pytensor's source compilers / key functions in every module that imported them."""
     import pytensor.link.numba.dispatch  # noqa: F401  (all dispatchers registered before we patch)
     import pytensor.link.utils as link_utils
+    from pytensor import config
     from pytensor.link.numba import cache as nb_cache
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
     from pytensor.link.numba.dispatch import basic as nb_basic
 
     orig_cfs = link_utils.compile_function_src
@@ -151,11 +183,14 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
     def compile_numba_function_src(src, function_name, global_env=None, local_env=None, write_to_disk=False, cache_key=None):
         new, n = chunk_source(src)
         state.chunked += n
-        return orig_cnfs(new, function_name, global_env, local_env, write_to_disk, _salt(cache_key, n > 0))
+        return orig_cnfs(new, function_name, global_env, local_env, write_to_disk, _salt(cache_key, n > 0) if n else cache_key)
 
     def numba_funcify_and_cache_key(op, *args, **kwargs):
+        from pmfast.compiler import ops
+
         before = state.chunked
-        fn, key = orig_key(op, *args, **kwargs)
+        ours = ops.funcify_and_cache_key(op, kwargs.get("node"))
+        fn, key = ours if ours is not None else orig_key(op, *args, **kwargs)
         key = _salt(key, state.chunked > before)
         if optnone_fgraph is not None and op is optnone_fgraph:
             # the graph function is straight-line calls: don't let LLVM inline
@@ -165,12 +200,20 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
         return fn, key
 
     def numba_funcify_ensure_cache(op, *args, **kwargs):
-        fn, key = orig_ensure(op, *args, **kwargs)
+        from pmfast.compiler import ops
+
         node = kwargs.get("node")
+        ours = ops.funcify_and_cache_key(op, node) if config.numba__cache else None
+        if ours is not None and ours[1] is not None:
+            # generated from source with globals only: numba caches it as is (no *args wrapper)
+            fn, key = ours
+            key = _salt(key, False)
+            CACHED_SRC_FUNCTIONS[fn.py_func] = f"{key}_fastmath{int(config.numba__fastmath)}"
+            fn = nb_basic.numba_njit(fn.py_func, cache=True)
+        else:
+            fn, key = orig_ensure(op, *args, **kwargs)
         if not dedup or key is None or node is None:
             return fn, key
-        from pytensor import config
-
         # numba's cache is keyed by (key, signature): some keys leave the arity
         # or types to the signature (MakeVector's is its dtype only), so ours
         # includes the node's input and output types.

@@ -2,12 +2,17 @@
 
 ``nutpie.compile_pymc_model`` hard-codes the ``"NUMBA"`` mode. To compile with
 a pmfast mode we repeat its numba path here with the mode as a parameter,
-using the same private helpers it uses. ``tests/test_nutpie_glue.py`` fails
-loudly when nutpie changes any of them.
+using the same private helpers it uses to build the graphs, the initial point
+and the coordinates; the callbacks nutpie calls are pmfast's
+(:mod:`pmfast.compiler`). ``tests/test_nutpie_glue.py`` fails loudly when
+nutpie changes any of the helpers.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -22,8 +27,7 @@ NUTPIE_VERSION = "0.16.8"
 PRIVATE_HELPERS = (
     "_make_functions",
     "make_user_data",
-    "_make_c_logp_func",
-    "_make_c_expand_func",
+    "update_user_data",
     "_prepare_dims_and_coords",
     "CompiledPyMCModel",
 )
@@ -46,6 +50,10 @@ class PmfastCompiledModel(_np_compile.CompiledPyMCModel):
 
     passes: tuple[str, ...] = ()
     timings: dict[str, float] = field(default_factory=dict)
+    kernels: tuple = ()
+    """The compiled entries (:class:`pmfast.compiler.entry.Entry`); ``user_data`` holds their addresses."""
+    cpu_timings: dict[str, float] = field(default_factory=dict)
+    """CPU seconds of this process per stage (``timings`` are wall seconds)."""
 
 
 def _with_lock(func):
@@ -70,21 +78,82 @@ def compile_numba(
     var_names=None,
     freeze_model: bool | None = None,
     stage=None,
-    **cfunc_kwargs,
+    **unknown,
 ) -> PmfastCompiledModel:
     """``nutpie.compile_pymc_model(model, backend="numba")`` with ``mode`` instead of ``"NUMBA"``.
 
-    ``stage(name)`` is a context manager factory used to report compile stages.
+    ``stage(name, seconds_or_None)`` is called when a compile stage starts and ends.
     """
-    from pmfast import wrappers
+    if unknown:
+        raise TypeError(
+            f"pmfast.compile got unexpected options {sorted(unknown)} "
+            "(nutpie passes these to numba.cfunc; pmfast compiles its callbacks itself)"
+        )
+    from pmfast import compiler
+    from pmfast.compiler import overloads
+
+    check_nutpie()
+    compiler.setup()
+    with overloads.plain_errors(), _python_vm():
+        return _compile_numba(
+            model,
+            mode,
+            passes=passes,
+            initial_points=initial_points,
+            jitter_rvs=jitter_rvs,
+            default_initialization_strategy=default_initialization_strategy,
+            var_names=var_names,
+            freeze_model=freeze_model,
+            stage=stage,
+        )
+
+
+def _child_compile(cores, expand) -> None:
+    """What the forked process compiles into the cache (see :mod:`pmfast.compiler.parallel`)."""
+    from pmfast.compiler import inline
+
+    for core, argtypes in cores:
+        if not inline.is_cached(core):
+            core.compile(argtypes)
+    expand.compile()
+
+
+@contextlib.contextmanager
+def _python_vm():
+    """pytensor's Python VM for the helper functions compiled meanwhile (initial point, shapes).
+
+    pymc and nutpie compile them in pytensor's ``FAST_COMPILE`` mode, whose VM
+    imports pytensor's C VM extension, which a new compile directory first
+    builds with the C compiler (~0.7 s). pmfast runs those two functions once
+    per chain and needs no C VM: while it compiles, that import fails and
+    pytensor falls back to its Python VM (as it does without a C compiler).
+    Nothing changes if the C VM is already loaded.
+    """
+    name = "pytensor.link.c.cvm"
+    if name in sys.modules:
+        yield
+        return
+    sys.modules[name] = None
+    try:
+        yield
+    finally:
+        if sys.modules.get(name, "missing") is None:
+            del sys.modules[name]
+
+
+def _compile_numba(
+    model, mode, *, passes, initial_points, jitter_rvs, default_initialization_strategy, var_names, freeze_model, stage
+) -> PmfastCompiledModel:
     from pymc.initial_point import make_initial_point_fn
     from pymc.model.transform.optimization import freeze_dims_and_data
 
-    check_nutpie()
+    from pmfast.compiler import callbacks, entry, ops, parallel
+
     timings: dict[str, float] = {}
+    cpu_timings: dict[str, float] = {}
 
     def timed(name):
-        return _Timed(name, timings, stage)
+        return _Timed(name, timings, stage, cpu_timings)
 
     with timed("initial point"):
         if freeze_model:
@@ -123,35 +192,37 @@ def compile_numba(
         seen.add(val)
     for val in shared_data.values():
         val.flags.writeable = False
-    user_data = _np_compile.make_user_data(shared_vars, shared_data)
+    user_data = callbacks.with_header(_np_compile.make_user_data(shared_vars, shared_data))
 
-    callbacks = {
-        "logp+grad": wrappers.logp_wrapper(
-            n_dim,
-            logp_fn_pt.vm.jit_fn,
-            user_data,
-            [v.name for v in logp_fn_pt.get_shared()],
-            shared_data,
-            **cfunc_kwargs,
-        ),
-        "expand": wrappers.expand_wrapper(
-            n_dim,
-            n_expanded,
-            expand_fn_pt.vm.jit_fn,
-            user_data,
-            [v.name for v in expand_fn_pt.get_shared()],
-            shared_data,
-            **cfunc_kwargs,
-        ),
+    def spec(kind, fn, n_out):
+        names = [v.name for v in fn.get_shared()]
+        return entry.describe(kind, fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_out)
+
+    prepared = {
+        "logp": entry.prepare_entry(spec("logp", logp_fn_pt, n_dim), logp_fn_pt),
+        "expand": entry.prepare_entry(spec("expand", expand_fn_pt, n_expanded), expand_fn_pt),
     }
-    cfuncs = {}
-    for name, wrapper in callbacks.items():
-        if not wrapper.cached:
-            with timed(f"numba: {name} kernel"):
-                wrapper.compile_kernel()
-        with timed(f"numba: {name} wrapper" + (" (cached)" if wrapper.cached else "")):
-            cfuncs[name] = wrapper.compile(**cfunc_kwargs)
-    logp_cfunc, expand_cfunc = cfuncs["logp+grad"], cfuncs["expand"]
+    # a forked process (the other core) compiles the Elemwise cores the logp+grad entry will need,
+    # then the expand entry, into the cache, while this one compiles logp+grad
+    expand = prepared["expand"]
+    child = None
+    if expand.key is not None and not expand.in_cache():
+        graph_globals = entry.graph_function(logp_fn_pt.vm.jit_fn).__globals__.values()
+        child = parallel.fork(functools.partial(_child_compile, ops.cores(graph_globals), expand))
+    entries = {}
+    with timed("numba: logp+grad kernel") as t:
+        entries["logp"] = prepared["logp"].compile()
+        t.rename("numba: logp+grad kernel" + (" (cached)" if entries["logp"].cache_hit else ""))
+    with timed("numba: expand kernel") as t:
+        if child is not None:
+            child.wait()
+        entries["expand"] = prepared["expand"].compile()
+        t.rename("numba: expand kernel" + (" (cached)" if entries["expand"].cache_hit else "") + (" (in parallel)" if child else ""))
+    with timed("numba: logp+grad wrapper") as t:
+        cfuncs = callbacks.compiled()
+        t.rename("numba: logp+grad wrapper (cached)" if all(c.cache_hits for c in cfuncs.values()) else "numba: logp+grad wrapper")
+    callbacks.set_header(user_data, entries["logp"].address, entries["expand"].address, n_dim, n_expanded)
+    logp_cfunc, expand_cfunc = cfuncs["logp"], cfuncs["expand"]
 
     dims, coords = _np_compile._prepare_dims_and_coords(model, shape_info)
     return PmfastCompiledModel(
@@ -170,19 +241,71 @@ def compile_numba(
         expand_func=expand_fn_pt,
         passes=tuple(passes),
         timings=timings,
+        kernels=(entries["logp"], entries["expand"]),
+        cpu_timings=cpu_timings,
     )
 
 
 class _Timed:
-    def __init__(self, name, timings, stage):
+    def __init__(self, name, timings, stage, cpu_timings=None):
         self.name, self.timings, self.stage = name, timings, stage
+        self.cpu_timings = {} if cpu_timings is None else cpu_timings
 
     def __enter__(self):
         if self.stage is not None:
             self.stage(self.name, None)
-        self.t0 = time.perf_counter()
+        self.t0, self.c0 = time.perf_counter(), time.process_time()
+        return self
+
+    def rename(self, name):
+        """Report the stage under ``name`` (e.g. once it is known to be a cache load)."""
+        self.name = name
 
     def __exit__(self, *exc):
         self.timings[self.name] = time.perf_counter() - self.t0
+        self.cpu_timings[self.name] = time.process_time() - self.c0
         if self.stage is not None and exc[0] is None:
             self.stage(self.name, self.timings[self.name])
+
+
+def logp_kernel(fn):
+    """The sampler's logp+grad path for a compiled pytensor function ``fn(x) -> [logp, grad]``.
+
+    ``fn`` is what :func:`pmfast.logp_dlogp_function` returns. Builds nutpie's
+    ``user_data`` for its shared variables, compiles the entry
+    (:mod:`pmfast.compiler.entry`) and returns ``kernel(x) -> (code, logp, grad)``
+    calling the model-independent callback exactly as nutpie does. For tests
+    and benchmarks of the code nutpie runs.
+    """
+    from pmfast import compiler
+    from pmfast.compiler import callbacks, entry, overloads
+
+    compiler.setup()
+    shared = list(fn.get_shared())
+    shared_data = {v.name: np.array(v.get_value(), order="C", copy=True) for v in shared}
+    user_data = callbacks.with_header(_np_compile.make_user_data({v.name: v for v in shared}, shared_data))
+    n_dim = int(fn.maker.fgraph.inputs[0].type.shape[0])
+    names = [v.name for v in shared]
+    spec = entry.describe("logp", fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_dim)
+    with overloads.plain_errors():
+        compiled = entry.compile_entry(spec, fn)
+    cfunc = callbacks.compiled()["logp"]
+    callbacks.set_header(user_data, compiled.address, 0, n_dim, 0)
+
+    class Kernel:
+        entry = compiled
+        user_data_ = user_data
+        data = shared_data
+
+        def __call__(self, x):
+            model = _Callbacks(n_dim, cfunc, user_data)
+            return callbacks.logp_at(model, x)
+
+    return Kernel()
+
+
+@dataclass(frozen=True)
+class _Callbacks:
+    n_dim: int
+    compiled_logp_func: object
+    user_data: np.ndarray

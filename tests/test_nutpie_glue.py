@@ -24,21 +24,7 @@ def test_private_helper_signatures():
         "var_names",
     ]
     assert list(inspect.signature(compile_pymc.make_user_data).parameters) == ["shared_vars", "shared_data"]
-    assert list(inspect.signature(compile_pymc._make_c_logp_func).parameters) == [
-        "n_dim",
-        "logp_fn",
-        "user_data",
-        "shared_logp",
-        "shared_data",
-    ]
-    assert list(inspect.signature(compile_pymc._make_c_expand_func).parameters) == [
-        "n_dim",
-        "n_expanded",
-        "expand_fn",
-        "user_data",
-        "shared_vars",
-        "shared_data",
-    ]
+    assert list(inspect.signature(compile_pymc.update_user_data).parameters) == ["user_data", "user_data_storage"]
     assert list(inspect.signature(compile_pymc._prepare_dims_and_coords).parameters) == [
         "model",
         "shape_info",
@@ -50,12 +36,59 @@ def test_compiled_model_fields_cover_ours():
 
     theirs = {f.name for f in dataclasses.fields(compile_pymc.CompiledPyMCModel)}
     ours = {f.name for f in dataclasses.fields(nutpie_glue.PmfastCompiledModel)}
-    assert ours - theirs == {"passes", "timings"}
+    assert ours - theirs == {"passes", "timings", "cpu_timings", "kernels"}
 
 
 def test_glue_mirrors_nutpie_numba_path():
-    """nutpie's own numba path still calls the helpers our glue repeats, in the same way."""
+    """nutpie's own numba path still builds its functions, user data and coordinates the way our glue does."""
     src = inspect.getsource(compile_pymc._compile_pymc_model_numba)
-    for call in ("_make_functions(", "make_user_data(", "_make_c_logp_func(", "_make_c_expand_func(", "numba.cfunc(c_sig"):
+    for call in ("_make_functions(", "make_user_data(shared_vars, shared_data)", "_prepare_dims_and_coords(model, shape_info)"):
         assert call in src, call
     assert 'mode="NUMBA"' in src
+    # with_data rebuilds user_data from a copy of ours: pmfast's header in front survives
+    src = inspect.getsource(compile_pymc.CompiledPyMCModel.with_data)
+    assert "self.user_data.copy()" in src and "update_user_data(user_data, shared_data)" in src
+    assert 'user_data["shared"]' in inspect.getsource(compile_pymc.update_user_data)
+
+
+def test_unknown_options_are_refused_in_one_line(small_model):
+    import pytest
+
+    with pytest.raises(TypeError, match="unexpected options"):
+        nutpie_glue.compile_numba(small_model, None, fastmath=True)
+
+
+def test_with_data_of_another_length_samples():
+    """fit_many's path: one compile, data of other lengths swapped in through nutpie's with_data."""
+    import numpy as np
+    import pymc as pm
+
+    import pmfast
+    from pmfast.compiler import callbacks
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=30)
+    with pm.Model() as model:
+        xd = pm.Data("x", x)
+        yd = pm.Data("y", 1.0 + 2.0 * x + rng.normal(size=30))
+        a = pm.Normal("a", 0, 5)
+        b = pm.Normal("b", 0, 5)
+        s = pm.HalfNormal("s", 1)
+        pm.Normal("obs", a + b * xd, s, observed=yd, shape=xd.shape)
+    compiled = pmfast.compile(model)
+
+    x2 = rng.normal(size=500)
+    y2 = -1.0 - 3.0 * x2 + 0.1 * rng.normal(size=500)
+    swapped = compiled.with_data(x=x2, y=y2)
+    point = np.array([-1.0, -3.0, np.log(0.1)])
+    code, logp, grad = callbacks.logp_at(swapped, point)
+    with model:
+        pm.set_data({"x": x2, "y": y2})
+    ref_logp, ref_grad = pmfast.logp_dlogp_function(model, passes="none")[0](point)
+    assert code == 0
+    np.testing.assert_allclose(logp, ref_logp, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-10, atol=1e-10)
+
+    idata = nutpie.sample(swapped, draws=200, tune=200, chains=1, seed=1, progress_bar=False)
+    assert abs(float(idata.posterior["b"].mean()) + 3.0) < 0.05
+    assert callbacks.logp_at(compiled, point)[1] != logp  # the original keeps its own data

@@ -1,0 +1,205 @@
+"""Where a compile's seconds go: per stage, per numba function, per numba phase (typing, lowering, LLVM).
+
+    python bench/compile_profile.py MODEL [--side pmfast|stock] [--passes all] [--warm-cache DIR] [--top 25]
+
+Runs the compile in a fresh process with an empty pytensor/numba cache (or
+``--cache DIR``), records numba's compiler events and LLVM's lock (every
+llvmlite FFI call holds it, so its time is the time spent inside LLVM), and
+prints exclusive seconds per function and phase: a callee compiled during its
+caller's type inference is charged to the callee.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+
+PHASES = {
+    "nopython_type_inference": "typing",
+    "native_lowering": "lowering",
+    "nopython_rewrites": "rewrites",
+    "inline_overloads": "rewrites",
+}
+
+
+class Recorder:
+    """Exclusive CPU seconds (this thread) per (function, phase) from numba's events."""
+
+    def __init__(self):
+        self.stack: list[list] = []  # [func, phase, start, child_seconds]
+        self.table: dict = defaultdict(float)
+        self.llvm = 0.0
+        self.llvm_by_func: dict = defaultdict(float)
+        self.llvm_by_phase: dict = defaultdict(float)
+        self.cache_loads: dict = defaultdict(float)
+        self.llvm_steps: dict = defaultdict(float)
+
+    def push(self, func, phase):
+        self.stack.append([func, phase, time.thread_time(), 0.0])
+
+    def pop(self):
+        func, phase, t0, child = self.stack.pop()
+        dt = time.thread_time() - t0
+        self.table[(func, phase)] += dt - child
+        if self.stack:
+            self.stack[-1][3] += dt
+        return dt
+
+    def install(self):
+        from numba.core import event
+
+        rec = self
+
+        class Compile(event.Listener):
+            def on_start(self, ev):
+                d = ev.data["dispatcher"]
+                rec.push(getattr(d, "__qualname__", None) or getattr(d.py_func, "__qualname__", str(d)), "other")
+
+            def on_end(self, ev):
+                rec.pop()
+
+        class Pass(event.Listener):
+            def on_start(self, ev):
+                func = rec.stack[-1][0] if rec.stack else ev.data["qualname"]
+                rec.push(func, PHASES.get(ev.data["name"].split(" [")[0], "other passes"))
+
+            def on_end(self, ev):
+                rec.pop()
+
+        class Llvm(event.Listener):
+            def on_start(self, ev):
+                self.t0 = time.thread_time()
+
+            def on_end(self, ev):
+                dt = time.thread_time() - self.t0
+                rec.llvm += dt
+                if rec.stack:
+                    rec.llvm_by_func[rec.stack[-1][0]] += dt
+                    rec.llvm_by_phase[rec.stack[-1][1]] += dt
+
+        event.register("numba:compile", Compile())
+        event.register("numba:run_pass", Pass())
+        event.register("numba:llvm_lock", Llvm())
+
+        from numba.core.caching import Cache
+
+        orig_load = Cache.load_overload
+
+        def load_overload(cache, sig, target_context):
+            t0 = time.thread_time()
+            try:
+                return orig_load(cache, sig, target_context)
+            finally:
+                rec.cache_loads[cache._name] += time.thread_time() - t0
+
+        Cache.load_overload = load_overload
+
+        from numba.core import codegen
+
+        def timed(cls, name, label):
+            orig = getattr(cls, name)
+
+            def wrapper(*args, **kwargs):
+                t0 = time.thread_time()
+                try:
+                    return orig(*args, **kwargs)
+                finally:
+                    rec.llvm_steps[label] += time.thread_time() - t0
+
+            setattr(cls, name, wrapper)
+
+        timed(codegen.CPUCodeLibrary, "_optimize_functions", "function passes")
+        timed(codegen.CPUCodeLibrary, "_optimize_final_module", "module passes")
+        timed(codegen.JITCodeLibrary, "_finalize_specific", "machine code")
+        timed(codegen.CPUCodeLibrary, "add_ir_module", "parse + function passes")
+
+    def summary(self, top: int):
+        by_phase = defaultdict(float)
+        by_func = defaultdict(lambda: defaultdict(float))
+        for (func, phase), s in self.table.items():
+            by_phase[phase] += s
+            by_func[func][phase] += s
+        funcs = sorted(by_func.items(), key=lambda kv: -sum(kv[1].values()))
+        return {
+            "by_phase": dict(by_phase),
+            "llvm_total": self.llvm,
+            "llvm_by_phase": dict(self.llvm_by_phase),
+            "llvm_steps": dict(self.llvm_steps),
+            "n_functions": len(by_func),
+            "cache_load_total": sum(self.cache_loads.values()),
+            "n_cache_loads": len(self.cache_loads),
+            "top": [
+                {"func": f, "total": sum(p.values()), "llvm": self.llvm_by_func.get(f, 0.0), **p}
+                for f, p in funcs[:top]
+            ],
+        }
+
+
+def worker(model_spec, side, passes, top):
+    import nutpie
+
+    import pmfast
+    from pmfast.loading import load_model
+
+    model, _ = load_model(model_spec)
+    if os.environ.get("PMFAST_PROFILE_SETUP"):  # an experiment to run before compiling
+        exec(open(os.environ["PMFAST_PROFILE_SETUP"]).read(), {"__name__": "setup"})
+    rec = Recorder()
+    rec.install()
+    c0, t0 = time.process_time(), time.perf_counter()
+    if side == "stock":
+        compiled = nutpie.compile_pymc_model(model)
+        timings = {}
+    else:
+        compiled = pmfast.compile(model, passes=passes)
+        timings = compiled.timings
+    out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "timings": timings}
+    out.update(rec.summary(top))
+    out["n_dim"] = int(compiled.n_dim)
+    return out
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--side", default="pmfast", choices=("pmfast", "stock"))
+    ap.add_argument("--passes", default="all")
+    ap.add_argument("--cache", help="compile directory to use (default: a fresh empty one)")
+    ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--json")
+    ap.add_argument("--worker", action="store_true")
+    args = ap.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.model, args.side, args.passes, args.top)))
+        return
+    with tempfile.TemporaryDirectory(prefix="pmfast-profile-") as d:
+        cache = args.cache or d
+        env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": os.path.join(cache, "numba-own")}
+        cmd = [sys.executable, __file__, args.model, "--side", args.side, "--passes", args.passes, "--top", str(args.top), "--worker"]
+        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if res.returncode:
+        sys.exit(res.stderr)
+    r = json.loads(res.stdout.strip().splitlines()[-1])
+    print(f"{args.model} ({args.side}): wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s, n_dim {r['n_dim']}")
+    for k, v in r["timings"].items():
+        print(f"  stage {k:<36}{v:7.2f}")
+    print(f"  numba functions compiled: {r['n_functions']}; cache loads {r['n_cache_loads']} ({r['cache_load_total']:.2f} s)")
+    print(f"  inside LLVM (lock held): {r['llvm_total']:.2f} s; " + ", ".join(f"{k} {v:.2f}" for k, v in r["llvm_steps"].items()))
+    for k, v in sorted(r["by_phase"].items(), key=lambda kv: -kv[1]):
+        print(f"  phase {k:<36}{v:7.2f}  (of which in LLVM {r['llvm_by_phase'].get(k, 0):.2f})")
+    print(f"  {'function':<60}{'total':>7}{'typing':>8}{'lower':>8}{'llvm':>7}")
+    for row in r["top"]:
+        print(f"  {row['func'][:60]:<60}{row['total']:7.2f}{row.get('typing', 0):8.2f}{row.get('lowering', 0):8.2f}{row['llvm']:7.2f}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(r, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,29 @@
+"""pmfast's compile pipeline after the graph passes: numba entry points, sampler callbacks, their cache.
+
+A compile (``pmfast.compile`` → :func:`pmfast.nutpie_glue.compile_numba`):
+
+1. pymc builds the logp+gradient and expand graphs; pytensor rewrites them
+   with pmfast's passes and converts every node to a numba function
+   (``pmfast.linker``), each cached on disk under its own key.
+2. :mod:`~pmfast.compiler.entry`: each graph becomes one C-ABI entry point
+   (the graph body between pointer views and output stores), compiled once
+   and cached under a key of its source; the expand entry compiles in a
+   forked process on the other core while this one compiles logp+grad
+   (:mod:`~pmfast.compiler.parallel`).
+3. :mod:`~pmfast.compiler.callbacks`: the two functions nutpie calls are
+   model-independent, compiled once per machine, and call the entries
+   through addresses stored in ``user_data``.
+
+:mod:`~pmfast.compiler.overloads` swaps numba generic code that every new
+process would otherwise compile for cheaper equivalents;
+:mod:`~pmfast.compiler.cache` makes unreadable cache entries misses.
+:func:`setup` installs both (once per process).
+"""
+
+
+def setup() -> None:
+    """Install pmfast's numba overloads and cache hardening (idempotent)."""
+    from pmfast.compiler import cache, overloads
+
+    overloads.install()
+    cache.install()

@@ -1,0 +1,128 @@
+"""numba's on-disk cache as pmfast uses it: keys, unreadable entries, concurrent writers.
+
+* **Keys.** Everything pmfast generates is cached through pytensor's cache
+  locator (``CACHED_SRC_FUNCTIONS``, files under pytensor's
+  ``base_compiledir``/numba) under a key that hashes the generated source and
+  the versions it depends on (pmfast, :mod:`pmfast.compiler.overloads`,
+  numba; the sampler callbacks also hash their module source). numba's own
+  index adds the signature, the numba version (another version's index
+  reads as empty) and the target machine (CPU name and features).
+* **Unreadable entries.** A truncated or corrupt index or data file made
+  numba raise from deep inside ``Dispatcher.compile``. :func:`install` makes
+  loading an entry that can't be read a cache miss: the entry's files are
+  deleted and the function is compiled and saved afresh. A failure to save
+  is a warning, not an error.
+* **Concurrent writers.** numba writes every file to a temporary name and
+  renames it into place, and treats a data file missing behind an index as a
+  miss. But a save reads the function's index, picks a free data file name
+  and writes both: two processes saving two signatures of one function at
+  once could both pick ``.1.nbc``, and the index could end up pointing one
+  signature at the other's code. :func:`install` holds an exclusive file lock
+  (``<index>.lock``) around each save. Two processes compiling the same model
+  into one cache both succeed with equal results
+  (``tests/test_compile_cache.py``), as do pmfast's forked compiles
+  (:mod:`pmfast.compiler.parallel`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import logging
+import os
+from collections import Counter
+
+log = logging.getLogger("pmfast.compiler")
+
+stats: Counter = Counter()
+"""Outcomes in this process: ``hits``, ``misses``, ``uncacheable``, ``rebuilt`` (an unreadable entry), ``unsaved``."""
+
+_installed = False
+
+
+def _entry_files(cache) -> list[str]:
+    cache_file = cache._cache_file
+    pattern = cache_file._data_name_pattern.replace("{number:d}", "*")
+    return [cache_file._index_path, *glob.glob(os.path.join(cache_file._cache_path, glob.escape(pattern).replace(r"[*]", "*")))]
+
+
+@contextlib.contextmanager
+def _locked(path: str):
+    """An exclusive advisory lock on ``path`` (created if needed); no lock where ``fcntl`` is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def install() -> None:
+    """Make unreadable cache entries misses and failed saves warnings (once per process)."""
+    global _installed
+    if _installed:
+        return
+    from numba.core.caching import Cache
+
+    load, save = Cache.load_overload, Cache.save_overload
+
+    def load_overload(self, sig, target_context):
+        try:
+            return load(self, sig, target_context)
+        except Exception as err:
+            log.warning("pmfast: discarding unreadable numba cache entry %s (%s: %s)", self._name, type(err).__name__, err)
+            for path in _entry_files(self):
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            stats["rebuilt"] += 1
+            return None
+
+    def save_overload(self, sig, data):
+        try:
+            with _locked(self._cache_file._index_path + ".lock"):
+                save(self, sig, data)
+        except Exception as err:
+            log.warning("pmfast: could not save numba cache entry %s (%s: %s)", self._name, type(err).__name__, err)
+            stats["unsaved"] += 1
+
+    load_overload.__wrapped__, save_overload.__wrapped__ = load, save
+    Cache.load_overload, Cache.save_overload = load_overload, save_overload
+    _installed = True
+
+
+def register(py_func, key: str | None) -> None:
+    """Send numba's cache for ``py_func`` to pytensor's cache directory under ``key``."""
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+
+    if key is not None:
+        CACHED_SRC_FUNCTIONS[py_func] = key
+
+
+def count(dispatcher_or_cfunc, key) -> bool:
+    """Record whether a compile was a cache hit; returns it."""
+    if key is None:
+        stats["uncacheable"] += 1
+        return False
+    hits = getattr(dispatcher_or_cfunc, "cache_hits", None)
+    if hits is None:
+        hits = dispatcher_or_cfunc.stats.cache_hits
+    hit = bool(sum(hits.values()) if hasattr(hits, "values") else hits)
+    stats["hits" if hit else "misses"] += 1
+    return hit
+
+
+def load_or_compile_cfunc(py_func, sig, key: str):
+    """``numba.cfunc(sig, cache=True)(py_func)`` cached under ``key``."""
+    import numba
+
+    register(py_func, key)
+    cfunc = numba.cfunc(sig, cache=True)(py_func)
+    count(cfunc, key)
+    return cfunc

@@ -1,0 +1,401 @@
+"""A compiled pytensor function's C-ABI entry point: the model-specific part of a sampler callback.
+
+nutpie calls ``logp(dim, x, grad_out, logp_out, user_data)`` and
+``expand(dim, n_expanded, x, out, user_data)``. pmfast splits each callback
+in two: a model-independent wrapper (:mod:`pmfast.compiler.callbacks`,
+compiled once per machine) that checks dimensions, maps exceptions and
+non-finite values to nutpie's return codes, and calls through an address
+the model-specific **entry** built here::
+
+    logp_entry(x_, out_, logp_, ud_) -> 0        expand_entry(x_, out_, ud_) -> 0
+
+The entry is the graph function's own body (one call line per node, as
+pytensor generates it) between a prologue that views the raw pointers as
+arrays (the point, and each shared variable's data pointer and shape read
+from nutpie's ``user_data`` at call time, so ``with_data`` can swap arrays of
+other lengths) and an epilogue that writes the outputs into the caller's
+buffers. Compiled as one numba function, the graph is linked, optimised and
+turned into machine code once (a jitted graph function called from a jitted
+wrapper is finalised twice: alone, then again inside the wrapper).
+
+An output made by a ``Join`` along axis 0 of vectors (nutpie's gradient and
+expand outputs) that nothing else reads is not built: its pieces are
+written into the caller's buffer at their offsets (no Join to compile, no
+array to allocate and copy per call).
+
+:class:`EntrySpec` describes an entry without compiling anything
+(``generate_source`` turns it into Python source); :func:`compile_entry`
+jits it under a cache key covering everything the source depends on.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Bump whenever the generated source or its compilation changes.
+ENTRY_VERSION = 1
+
+#: Argument names of the two entry kinds (pointers), before ``ud_``.
+OUTPUT_ARGS = {"logp": ("out_", "logp_"), "expand": ("out_",)}
+
+
+@dataclass(frozen=True)
+class SharedSlot:
+    """Where one shared array's data pointer and shape live in ``user_data`` (in uint64 words)."""
+
+    name: str
+    data_word: int
+    shape_word: int
+    ndim: int
+    dtype: str
+
+
+@dataclass(frozen=True)
+class EntrySpec:
+    """What an entry reads and writes, and the graph body it runs.
+
+    ``inputs`` are the graph function's argument names (the point, then the
+    shared variables in ``shared`` order); ``body`` its statements (source);
+    ``outputs`` the returned names (logp graphs return ``(logp, grad)``,
+    expand graphs ``(values,)``). ``pieces[k]`` (if not None) lists the
+    names whose concatenation is output ``k``: its Join was dropped from
+    ``body``.
+    """
+
+    kind: str
+    n_in: int
+    n_out: int
+    ud_words: int
+    shared: tuple[SharedSlot, ...]
+    inputs: tuple[str, ...]
+    body: tuple[str, ...]
+    outputs: tuple[str, ...]
+    pieces: tuple[tuple[str, ...] | None, ...]
+    ops: tuple[str | None, ...] = ()
+    """The op (class name) each ``body`` statement computes, when known."""
+
+
+def shared_slots(user_data: np.ndarray, names, dtypes) -> tuple[SharedSlot, ...]:
+    """The word offsets of ``names``' fields in nutpie's ``user_data`` record."""
+    rec = user_data.dtype
+    shared_dtype, shared_off = rec.fields["shared"][:2]
+    data_dt, data_off = shared_dtype.fields["data"][:2]
+    shape_dt, shape_off = shared_dtype.fields["shape"][:2]
+    if rec.itemsize % 8:
+        raise ValueError("user_data record is not 8-byte aligned")
+    slots = []
+    for name, dtype in zip(names, dtypes, strict=True):
+        d = shared_off + data_off + data_dt.fields[name][1]
+        s = shared_off + shape_off + shape_dt.fields[name][1]
+        field_dt = shape_dt.fields[name][0]
+        if d % 8 or s % 8:
+            raise ValueError("user_data record is not 8-byte aligned")
+        slots.append(SharedSlot(name, d // 8, s // 8, field_dt.shape[0] if field_dt.shape else 0, np.dtype(dtype).name))
+    return tuple(slots)
+
+
+def graph_function(jit_fn):
+    """The Python graph function behind a pytensor numba function's ``vm.jit_fn``.
+
+    pmfast's linker compiles the graph function itself; stock pytensor wraps
+    it in ``def f(*args): return jitable_func(*args)``.
+    """
+    py_func = jit_fn.py_func
+    inner = py_func.__globals__.get("jitable_func")
+    if inner is not None and "jitable_func(*args)" in getattr(py_func, "__source__", ""):
+        return inner.py_func
+    return py_func
+
+
+def _flat_args(call: ast.Call) -> list[ast.expr] | None:
+    """A call's positional arguments, also when pmfast's linker chunked them (``f(*((a, b) + (c,)))``)."""
+    if not any(isinstance(a, ast.Starred) for a in call.args):
+        return list(call.args)
+    if len(call.args) != 1:
+        return None
+    out, todo = [], [call.args[0].value]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
+            todo += [e.right, e.left]
+        elif isinstance(e, ast.Tuple):
+            out += e.elts
+        else:
+            return None
+    return out
+
+
+def _join_pieces(fgraph, output, assign: ast.Assign) -> list[str] | None:
+    """The pieces of ``output`` if it is an axis-0 Join of vectors read by nothing but the caller."""
+    from pytensor.graph.basic import Constant
+    from pytensor.graph.fg import Output
+    from pytensor.tensor.basic import Join
+
+    node = output.owner
+    if node is None or not isinstance(node.op, Join) or output.ndim != 1:
+        return None
+    axis = node.inputs[0]
+    if not isinstance(axis, Constant) or int(axis.data) not in (0, -1):
+        return None
+    if any(i.ndim != 1 for i in node.inputs[1:]):
+        return None
+    if any(not isinstance(c.op, Output) for c, _ in fgraph.clients[output]):
+        return None
+    if not isinstance(assign.value, ast.Call):
+        return None
+    args = _flat_args(assign.value)
+    if args is None or len(args) != len(node.inputs):
+        return None
+    return [ast.unparse(a) for a in args[1:]]
+
+
+def describe(kind: str, fn, user_data, shared_names, shared_dtypes, n_in: int, n_out: int) -> EntrySpec:
+    """The :class:`EntrySpec` of compiled pytensor function ``fn`` (``vm.jit_fn`` and ``maker.fgraph``)."""
+    if kind not in OUTPUT_ARGS:
+        raise ValueError(f"unknown entry kind {kind!r}")
+    py_func = graph_function(fn.vm.jit_fn)
+    tree = ast.parse(py_func.__source__)
+    fdef = next(n for n in tree.body if isinstance(n, ast.FunctionDef))
+    inputs = tuple(a.arg for a in fdef.args.args)
+    *stmts, ret = fdef.body
+    if fdef.args.vararg or not isinstance(ret, ast.Return) or len(inputs) != 1 + len(shared_names):
+        raise ValueError("unexpected graph function shape")
+    value = ret.value
+    outputs = tuple(ast.unparse(e) for e in value.elts) if isinstance(value, ast.Tuple) else (ast.unparse(value),)
+    fgraph = fn.maker.fgraph
+    if len(outputs) != len(OUTPUT_ARGS[kind]) or len(fgraph.outputs) != len(outputs):
+        raise ValueError(f"a {kind} entry needs {len(OUTPUT_ARGS[kind])} outputs, the graph has {len(outputs)}")
+    pieces: list[tuple[str, ...] | None] = [None] * len(outputs)
+    vector = _graph_output_index(kind, 0)  # the entry's first output is the vector
+    targets = {ast.unparse(s.targets[0]): i for i, s in enumerate(stmts) if isinstance(s, ast.Assign) and len(s.targets) == 1}
+    at = targets.get(outputs[vector])
+    drop = None
+    if at is not None and outputs.count(outputs[vector]) == 1:
+        found = _join_pieces(fgraph, fgraph.outputs[vector], stmts[at])
+        if found is not None:
+            pieces[vector] = tuple(found)
+            drop = at
+    body = tuple(ast.unparse(s) for i, s in enumerate(stmts) if i != drop)
+    ops = _statement_ops(fn, stmts)
+    ops = tuple(o for i, o in enumerate(ops) if i != drop) if ops else ()
+    slots = shared_slots(user_data, shared_names, shared_dtypes)
+    return EntrySpec(kind, n_in, n_out, user_data.dtype.itemsize // 8, slots, inputs, body, outputs, tuple(pieces), ops)
+
+
+def _statement_ops(fn, stmts) -> tuple[str | None, ...]:
+    """The op class name of each graph statement (pytensor emits one call per node, in the linker's schedule).
+
+    Empty if the statements don't line up with the schedule.
+    """
+    from pmfast.compiler.inline import NEVER
+
+    try:
+        order = fn.maker.linker.schedule(fn.maker.fgraph)
+    except Exception:
+        return ()
+    if len(order) != len(stmts):
+        return ()
+    names = []
+    for node, stmt in zip(order, stmts):
+        n_targets = len(stmt.targets[0].elts) if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Tuple) else 1
+        if not isinstance(stmt, ast.Assign) or n_targets != len(node.outputs):
+            return ()
+        mro = [c.__name__ for c in type(node.op).__mro__]
+        names.append(next((c for c in mro if c in NEVER), mro[0]))
+    return tuple(names)
+
+
+def _graph_output_index(kind: str, k: int) -> int:
+    """Which graph output the entry's output ``k`` (``out_``, then ``logp_``) is."""
+    return {"logp": (1, 0), "expand": (0,)}[kind][k]
+
+
+def generate_source(spec: EntrySpec, name: str = "entry") -> str:
+    """Python source of the entry function ``name`` described by ``spec``."""
+    outs = OUTPUT_ARGS[spec.kind]
+    lines = [f"def {name}(x_, {', '.join(outs)}, ud_):"]
+    emit = lines.append
+    emit(f"    _pm_ud = _pm_view(ud_, {spec.ud_words}, _pm_u64)")
+    emit(f"    {spec.inputs[0]} = _pm_view(x_, {spec.n_in}, _pm_f64)")
+    for i, (slot, arg) in enumerate(zip(spec.shared, spec.inputs[1:], strict=True)):
+        shape = "".join(f"_pm_ud[{slot.shape_word + k}], " for k in range(slot.ndim))
+        emit(f"    {arg} = _pm_view(_pm_ud[{slot.data_word}], ({shape}), _pm_dt{i})")
+    lines += ["    " + line for stmt in spec.body for line in stmt.splitlines()]
+    # logp graphs return (logp, grad): the vector is graph output 1, entry output 0
+    vector = _graph_output_index(spec.kind, 0)
+    pieces = spec.pieces[vector] if spec.pieces[vector] is not None else (spec.outputs[vector],)
+    emit("    _pm_at = 0")
+    for piece in pieces:
+        emit(f"    _pm_piece = {piece}")
+        emit(f"    if _pm_at + _pm_piece.shape[0] > {spec.n_out}:")
+        emit(f"        raise ValueError('{spec.kind} entry: the outputs do not fit the {spec.n_out} values expected')")
+        emit("    for _pm_i in range(_pm_piece.shape[0]):")
+        emit("        out_[_pm_at + _pm_i] = _pm_piece[_pm_i]")
+        emit("    _pm_at += _pm_piece.shape[0]")
+    emit(f"    if _pm_at != {spec.n_out}:")
+    emit(f"        raise ValueError('{spec.kind} entry: the outputs do not fill the {spec.n_out} values expected')")
+    if spec.kind == "logp":
+        emit(f"    logp_[0] = {spec.outputs[0]}[()]")
+    emit("    return 0")
+    return "\n".join(lines) + "\n"
+
+
+def signature(kind: str):
+    """The entry's numba signature."""
+    from numba.core import types as t
+
+    ptr = t.CPointer(t.float64)
+    return t.int64(ptr, *(ptr for _ in OUTPUT_ARGS[kind]), t.voidptr)
+
+
+@dataclass
+class Entry:
+    """A compiled entry: the dispatcher (kept alive: the address points into its code), address, key."""
+
+    spec: EntrySpec
+    source: str
+    key: str | None
+    dispatcher: object
+    address: int
+    cache_hit: bool
+
+
+def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -> str | None:
+    """The numba cache key of an entry, or None if its graph can't be cached."""
+    if graph_key is None:
+        return None
+    import numba
+    from pytensor import config
+
+    from pmfast import __version__
+    from pmfast.compiler import overloads
+    from pmfast.linker import compile_salt
+
+    ident = (
+        ENTRY_VERSION,
+        __version__,
+        overloads.VERSION,
+        compile_salt(),
+        numba.__version__,
+        graph_key,
+        src,
+        [s.dtype for s in spec.shared],
+        bool(config.numba__fastmath),
+        sorted(options.items()),
+    )
+    return "pmfast_entry_" + hashlib.sha256(repr(ident).encode()).hexdigest()
+
+
+@dataclass
+class PreparedEntry:
+    """An entry ready to compile: :meth:`compile` compiles it or loads it from numba's cache.
+
+    ``inlined`` lists the node functions inlined into it
+    (:mod:`pmfast.compiler.inline`); ``fallback`` prepares the same entry
+    without them, used if numba fails to compile the inlined one.
+    """
+
+    spec: EntrySpec
+    source: str
+    key: str | None
+    dispatcher: object
+    inlined: tuple[str, ...] = ()
+    fallback: object = None
+
+    def in_cache(self) -> bool:
+        """Whether numba's cache has an index for this entry (the compile will most likely be a load)."""
+        cache = getattr(self.dispatcher, "_cache", None)
+        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+        return index is not None and os.path.exists(index)
+
+    def compile(self) -> Entry:
+        from pmfast.compiler import cache, native
+
+        sig = signature(self.spec.kind)
+        try:
+            self.dispatcher.compile(sig)
+        except Exception as err:
+            if not self.inlined:
+                raise
+            cache.log.warning("pmfast: compiling the %s entry with inlined node functions failed (%s); calling them", self.spec.kind, type(err).__name__)
+            return self.fallback().compile()
+        hit = cache.count(self.dispatcher, self.key)
+        return Entry(self.spec, self.source, self.key, self.dispatcher, native.native_address(self.dispatcher, sig), hit)
+
+
+def _inline_calls(spec: EntrySpec, env: dict) -> tuple[str, ...]:
+    """Rebind, in ``env``, the node functions ``spec`` calls that are not in the cache to inlined copies.
+
+    The entry's source stays the same (and so its cache key and numba's
+    index key, which hashes the bytecode): only what the names refer to
+    changes. Returns the names rebound.
+    """
+    from pmfast.compiler import inline
+
+    if len(spec.ops) != len(spec.body):
+        return ()
+    done = []
+    for stmt, op in zip(spec.body, spec.ops):
+        call = getattr(ast.parse(stmt).body[0], "value", None)
+        name = call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
+        if name is not None and name not in done and inline.should_inline(op, env.get(name)):
+            env[name] = inline.inline_version(env[name])
+            done.append(name)
+    return tuple(done)
+
+
+def _index_exists(name: str, key: str | None) -> bool:
+    """Whether numba's cache has an index for the generated function ``name`` cached under ``key``."""
+    from pytensor.link.numba.cache import NUMBA_CACHE_PATH
+
+    return key is not None and any(NUMBA_CACHE_PATH.glob(f"*{name}-{key}*.nbi"))
+
+
+def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
+    """The entry for ``spec`` as a numba dispatcher under its cache key; ``fn`` is the pytensor function it came from.
+
+    ``inline``: inline node functions that are not in the cache (:mod:`pmfast.compiler.inline`).
+    """
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import cache, native
+
+    py_graph = graph_function(fn.vm.jit_fn)
+    name = f"{spec.kind}_entry"
+    env = dict(py_graph.__globals__)
+    src = generate_source(spec, name)
+    options = {}
+    if getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
+        options["_dbg_optnone"] = True  # a big graph: see pmfast.linker
+    # the key covers the computation (the source calling every node function): whether some
+    # of them are inlined into the compiled code doesn't change what it computes
+    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), options)
+    inlined: tuple[str, ...] = ()
+    if inline and not options and not _index_exists(name, key):
+        inlined = _inline_calls(spec, env)
+    env.update(
+        __name__=__name__,  # a real module: numba pickles the environment by module name
+        _pm_view=native.array_view,
+        _pm_u64=np.uint64,
+        _pm_f64=np.float64,
+        **{f"_pm_dt{i}": np.dtype(s.dtype).type for i, s in enumerate(spec.shared)},
+    )
+    py_func = compile_numba_function_src(src, name, env, env)
+    cache.register(py_func, key)
+    if options.get("_dbg_optnone"):
+        from pmfast.linker import _lean_compiler
+
+        options["pipeline_class"] = _lean_compiler()
+    dispatcher = numba_njit(py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, **options)
+    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(spec, fn, inline=False))
+
+
+def compile_entry(spec: EntrySpec, fn) -> Entry:
+    """Compile (or load from numba's cache) the entry for ``spec``; ``fn`` is the pytensor function it came from."""
+    return prepare_entry(spec, fn).compile()

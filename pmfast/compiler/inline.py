@@ -1,0 +1,110 @@
+"""Which node functions an entry inlines instead of calling.
+
+Every numba function compiled on its own costs a pipeline run, an LLVM
+module optimised and turned into machine code, and then its code is linked
+into each caller and optimised again. A node function that is not in the
+cache would be compiled just for this entry: the entry inlines it at numba's
+IR level (``inline="always"``) and it is typed, lowered and optimised once,
+as part of the entry. A node function already in the cache (compiled for an
+earlier model) is called: loading it is cheaper than compiling its body
+again. The same holds one level down: a fused Elemwise's core function
+inlines the scalar op functions of its scalar graph
+(:mod:`pmfast.compiler.ops`).
+
+Not inlined (numba's inliner can't, or the entry would grow for nothing):
+functions that are not plain jitted functions (pytensor's ``@overload``
+Elemwise, object-mode fallbacks), functions taking ``*args`` (Join,
+CheckAndRaise), functions raising exceptions with runtime arguments or
+f-string messages (the inliner loses their types: SpecifyShape, Split), and
+ops with inner functions or inner graphs (Scan, OpFromGraph, IfElse,
+Blockwise, random variables). If numba still fails to compile an entry with
+inlined functions, the entry is compiled again calling them
+(:class:`pmfast.compiler.entry.PreparedEntry`).
+"""
+
+from __future__ import annotations
+
+import dis
+import inspect
+import os
+import types
+import weakref
+
+#: Ops whose node functions are never inlined (see the module docstring).
+NEVER = frozenset({"SpecifyShape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
+
+_inlined: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _dispatcher_type():
+    from numba.core.registry import CPUDispatcher
+
+    return CPUDispatcher
+
+
+def inner_function(dispatcher):
+    """The jitted function behind ``dispatcher`` (unwrapping pytensor's ``*args`` cache wrapper), or None."""
+    CPUDispatcher = _dispatcher_type()
+    if not isinstance(dispatcher, CPUDispatcher):
+        return None
+    py_func = dispatcher.py_func
+    if "jitable_func(*args)" in getattr(py_func, "__source__", ""):
+        dispatcher = py_func.__globals__.get("jitable_func")
+        if not isinstance(dispatcher, CPUDispatcher):
+            return None
+    return dispatcher
+
+
+def is_cached(dispatcher) -> bool:
+    """Whether numba's on-disk cache has an index for ``dispatcher`` (a call will most likely load it)."""
+    cache = getattr(dispatcher, "_cache", None)
+    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    return index is not None and os.path.exists(index)
+
+
+_DYNAMIC = frozenset({"LOAD_FAST", "LOAD_DEREF", "LOAD_ATTR", "BINARY_SUBSCR", "LOAD_METHOD", "BINARY_OP"})
+_verdicts: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _raises_dynamic(code) -> bool:
+    """Whether ``code`` (or a nested function) builds a string or raises an exception built from runtime values."""
+    instructions = list(dis.get_instructions(code))
+    for i, ins in enumerate(instructions):
+        if ins.opname in ("FORMAT_VALUE", "BUILD_STRING"):
+            return True
+        if ins.opname == "RAISE_VARARGS" and ins.arg:
+            j = i  # back to the start of the raise statement's line
+            while j > 0 and instructions[j].starts_line is None:
+                j -= 1
+            if any(x.opname in _DYNAMIC for x in instructions[j:i]):
+                return True
+    return any(_raises_dynamic(c) for c in code.co_consts if isinstance(c, types.CodeType))
+
+
+def inlinable(py_func) -> bool:
+    """Whether numba's inliner handles ``py_func`` (no ``*args``; no raise with runtime arguments)."""
+    if py_func not in _verdicts:
+        code = py_func.__code__
+        varargs = code.co_flags & (inspect.CO_VARARGS | inspect.CO_VARKEYWORDS)
+        _verdicts[py_func] = not varargs and not _raises_dynamic(code)
+    return _verdicts[py_func]
+
+
+def inline_version(dispatcher):
+    """An ``inline="always"`` copy of the function behind ``dispatcher`` (one per function), or None."""
+    import numba
+
+    inner = inner_function(dispatcher)
+    if inner is None or inner.targetoptions.get("_dbg_optnone") or not inlinable(inner.py_func):
+        return None
+    if inner not in _inlined:
+        options = {k: v for k, v in inner.targetoptions.items() if k in ("fastmath", "boundscheck", "error_model")}
+        _inlined[inner] = numba.njit(inline="always", **options)(inner.py_func)
+    return _inlined[inner]
+
+
+def should_inline(op_name: str | None, dispatcher) -> bool:
+    """Inline this node's function into the entry (see the module docstring)?"""
+    if op_name is None or op_name in NEVER or os.environ.get("PMFAST_INLINE", "1") == "0":
+        return False
+    return not is_cached(dispatcher) and inline_version(dispatcher) is not None

@@ -1,0 +1,358 @@
+"""numba implementations of pytensor ops that pmfast's linker uses instead of pytensor's own.
+
+Each replaces an implementation whose compile pulls numba generic code into
+every new process (see :mod:`pmfast.compiler.overloads`) with one that
+behaves the same: same results, same exception type and message.
+
+* ``SpecifyShape``: pytensor's asserts with an f-string message formatted in
+  numba (``str(int)``, concatenation… ~1.3 s of hier_logistic's cold
+  compile). Here a failed check raises :class:`SpecifyShapeError`, an
+  ``AssertionError`` carrying the numbers, formatted in Python with
+  pytensor's message.
+* ``Elemwise``: pytensor compiles four numba functions per node (a ``*args``
+  cache wrapper, an ``@overload`` implementation that calls the
+  ``_vectorized`` loop intrinsic, ``store_core_outputs`` and the scalar
+  function), each finalised with everything below it linked in again. Here
+  two: the node function calls the same intrinsic with the same arguments,
+  and its core function is the scalar graph's own body followed by the
+  stores. Same loops, same scalar code.
+* ``DimShuffle``: pytensor's calls numba's ``as_strided`` (its overloads:
+  ~0.7 s of a cold process). Here an intrinsic builds the same view
+  (:func:`pmfast.compiler.native.dimshuffle`).
+* ``Dot`` of float64 vectors and matrices where one side is a vector
+  (pytensor's rewrites turn ``X @ beta`` into matrix × column: then one
+  side has static length 1): pytensor calls ``np.dot``, whose numba
+  implementation (BLAS calls behind layout checks and copies) costs ~0.7 s
+  to compile in a new process. Here the same BLAS matrix-vector product
+  (numba's own wrapper, :func:`pmfast.compiler.native.blas_dgemv`) when the
+  matrix is C- or F-contiguous (the design matrix, the gradient's transpose
+  of it), a loop otherwise, with numba's error for sizes that don't match.
+  Vector · vector is a loop. Other matrix products stay pytensor's.
+
+:func:`funcify_and_cache_key` returns ``(numba function, cache key)`` for an
+op pmfast implements, or None; the functions are generated from source with
+only globals (numba caches them directly, without pytensor's ``*args``
+wrapper) and the keys are pmfast's own (never shared with pytensor's
+entries).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+#: Bump when an implementation here changes (part of its cache key).
+VERSION = 5
+
+
+class SpecifyShapeError(AssertionError):
+    """pytensor's ``SpecifyShape`` check failure; numba raises it with ``(dim, actual, expected)``."""
+
+    def __init__(self, *args):
+        if len(args) == 3 and not isinstance(args[0], str):
+            dim, actual, expected = args
+            args = (f"SpecifyShape: dim {dim} of input has shape {actual}, expected {expected}.",)
+        super().__init__(*args)
+
+
+def _specify_shape(op, node):
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+    from pytensor.tensor.type_other import NoneConst
+
+    names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]
+    checks = [
+        f"    if x.shape[{i}] != {name}[()]:\n        raise SpecifyShapeError({i}, x.shape[{i}], {name}[()])"
+        for i, (name, inp) in enumerate(zip(names, node.inputs[1:], strict=True))
+        if inp is not NoneConst
+    ]
+    src = f"def specify_shape(x, {', '.join(names)}):\n" + "\n".join(checks) + "\n    return x\n"
+    key = "pmfast_specify_shape_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
+    env = {"SpecifyShapeError": SpecifyShapeError, "__name__": __name__}
+    fn = compile_numba_function_src(src, "specify_shape", env, env)
+    return numba_njit(fn), key
+
+
+def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
+    """Statements computing ``temps`` from ``ins`` with ``scalar_op``, and the globals they need.
+
+    A Composite's scalar graph function (a straight line of scalar op calls)
+    is inlined statement by statement; any other scalar op is called. The
+    scalar op functions are inlined copies (:mod:`pmfast.compiler.inline`).
+    """
+    import ast
+
+    from pytensor.scalar.basic import Composite
+
+    from pmfast.compiler import inline
+
+    env: dict = {}
+    fdef = None
+    if isinstance(scalar_op, Composite):
+        fdef = ast.parse(scalar_fn.py_func.__source__).body[0]
+        ok = isinstance(fdef, ast.FunctionDef) and not fdef.args.vararg and len(fdef.args.args) == len(ins)
+        fdef = fdef if ok and isinstance(fdef.body[-1], ast.Return) else None
+    if fdef is None:
+        env["scalar_fn"] = inline.inline_version(scalar_fn) or scalar_fn
+        return [f"{', '.join(temps)} = scalar_fn({', '.join(ins)})"], env
+    env.update(scalar_fn.py_func.__globals__)
+    for name, value in list(env.items()):
+        if isinstance(value, inline._dispatcher_type()) and (copy := inline.inline_version(value)) is not None:
+            env[name] = copy
+    lines = [f"{a.arg} = {i}" for a, i in zip(fdef.args.args, ins)]
+    lines += [ast.unparse(stmt) for stmt in fdef.body[:-1]]
+    lines.append(f"{', '.join(temps)} = {ast.unparse(fdef.body[-1].value)}")
+    return lines, env
+
+
+def _vectorized_source(op, node, scalar_fn, scalar_key) -> tuple[str, dict]:
+    """``elemwise(i0, …)`` calling pytensor's ``_vectorized`` loop with a core function made of the scalar code."""
+    from pytensor import config
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+    from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals
+
+    from pmfast.linker import compile_salt
+
+    nin, nout = len(node.inputs), len(node.outputs)
+    ins, outs, temps = ([f"_pm_{c}{k}" for k in range(n)] for c, n in (("i", nin), ("o", nout), ("t", nout)))
+    lines, core_env = _scalar_code(op.scalar_op, scalar_fn, ins, temps)
+    lines += [f"{o}[()] = {t}" for o, t in zip(outs, temps)]
+    core_src = f"def core({', '.join(ins + outs)}):\n" + "".join(f"    {line}\n" for line in lines)
+    core_env["__name__"] = __name__
+    core_func = compile_numba_function_src(core_src, "core", core_env, core_env)
+    if scalar_key is not None:
+        # the source names the scalar ops' functions and constants: the scalar key covers what they are
+        core_key = hashlib.sha256(repr((VERSION, scalar_key, core_src)).encode()).hexdigest()
+        CACHED_SRC_FUNCTIONS[core_func] = f"pmfast_core_{core_key}_{compile_salt()}_fastmath{int(config.numba__fastmath)}"
+    core = numba_njit(core_func, cache=scalar_key is not None)  # shared by every node with this scalar code
+    literals = (
+        tuple(i.type.broadcastable for i in node.inputs),
+        tuple(o.type.broadcastable for o in node.outputs),
+        tuple(o.type.dtype for o in node.outputs),
+        tuple(op.inplace_pattern.items()),
+    )
+    args = ", ".join(f"i{k}" for k in range(nin))
+    src = (
+        f"def elemwise({args}):\n"
+        f"    return _vectorized(core, IBC, OBC, ODT, INPLACE, True, (), ({args},), CORE_SHAPES, None)\n"
+    )
+    env = dict(zip(("IBC", "OBC", "ODT", "INPLACE"), map(encode_literals, literals), strict=True))
+    env.update(_vectorized=_vectorized, core=core, CORE_SHAPES=tuple(() for _ in range(nout)))
+    return src + "\n# core:\n" + core_src, env
+
+
+def _elemwise(op, node):
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_njit
+    from pytensor.scalar.basic import get_scalar_type
+
+    from pmfast.compiler import native
+
+    scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
+    scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node)
+    src, env = _vectorized_source(op, node, scalar_fn, scalar_key)
+    env.update(__name__=__name__, _pm_empty=native.empty)
+    py_func = compile_numba_function_src(src.split("\n# core:\n")[0], "elemwise", env, env)
+    if not op.inplace_pattern:
+        # the core's signature is known before the entry is typed: another process can compile it
+        # meanwhile (pmfast.compiler.parallel); an in-place core's output type follows an input layout
+        from numba import from_dtype
+        from numba.core import types as nbt
+
+        ins = [from_dtype(np.dtype(i.type.dtype)) for i in node.inputs]
+        outs = [nbt.Array(from_dtype(np.dtype(o.type.dtype)), 0, "C") for o in node.outputs]
+        py_func._pmfast_core = (env["core"], (*ins, *outs))
+    fn = numba_njit(py_func)
+    key = None
+    if scalar_key is not None:
+        types_ = [(v.type.dtype, v.type.broadcastable) for v in (*node.inputs, *node.outputs)]
+        key = "pmfast_elemwise_" + hashlib.sha256(repr((VERSION, types_, scalar_key, src)).encode()).hexdigest()
+    return fn, key
+
+
+def _dimshuffle(op, node):
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import native
+
+    spec = native.dimshuffle_spec(op._new_order, op.drop)
+    src = "def dimshuffle(x):\n    return _pm_dimshuffle(x, SPEC)\n"
+    env = {"__name__": __name__, "_pm_dimshuffle": native.dimshuffle, "SPEC": spec}
+    key = "pmfast_dimshuffle_" + hashlib.sha256(repr((VERSION, spec, op.input_ndim)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "dimshuffle", env, env)), key
+
+
+_DOT_SOURCES = {
+    # (x.ndim, y.ndim): source of dot(x, y); the loop runs along the contiguous axis
+    (1, 1): """
+def dot(x, y):
+    if x.shape[0] != y.shape[0]:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (vector * vector)")
+    acc = 0.0
+    for i in range(x.shape[0]):
+        acc += x[i] * y[i]
+    out = _pm_empty((), _pm_f64)
+    out[()] = acc
+    return out
+""",
+    (2, 1): """
+def dot(x, y):
+    m, k = x.shape
+    if y.shape[0] != k:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (matrix * vector)")
+    out = _pm_empty(m, _pm_f64)
+    if x.strides[0] >= x.strides[1]:
+        for i in range(m):
+            acc = 0.0
+            for j in range(k):
+                acc += x[i, j] * y[j]
+            out[i] = acc
+    else:
+        for i in range(m):
+            out[i] = 0.0
+        for j in range(k):
+            yj = y[j]
+            for i in range(m):
+                out[i] += x[i, j] * yj
+    return out
+""",
+    # matrix x column (static length-1 second axis): matrix x vector; BLAS when the matrix is contiguous
+    (2, "col"): """
+def dot(x, y):
+    m, k = x.shape
+    if y.shape[0] != k:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (matrix * matrix)")
+    out = _pm_empty((m, 1), _pm_f64)
+    c_layout = x.strides[1] == 8 and (x.strides[0] == 8 * k or m == 1)
+    f_layout = x.strides[0] == 8 and (x.strides[1] == 8 * m or k == 1)
+    if m > 0 and k > 0 and (c_layout or f_layout):
+        v = y[:, 0]
+        if v.strides[0] != 8:
+            v = _pm_empty(k, _pm_f64)
+            for j in range(k):
+                v[j] = y[j, 0]
+        if c_layout:
+            _pm_gemv("t", k, m, _pm_ptr(x), k, _pm_ptr(v), _pm_ptr(out))
+        else:
+            _pm_gemv("n", m, k, _pm_ptr(x), m, _pm_ptr(v), _pm_ptr(out))
+        return out
+    for i in range(m):
+        acc = 0.0
+        for j in range(k):
+            acc += x[i, j] * y[j, 0]
+        out[i, 0] = acc
+    return out
+""",
+    # row (static length-1 first axis) x matrix: vector x matrix, i.e. (y.T @ x.T).T
+    ("row", 2): """
+def dot(x, y):
+    k, n = y.shape
+    if x.shape[1] != k:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (matrix * matrix)")
+    out = _pm_empty((1, n), _pm_f64)
+    c_layout = y.strides[1] == 8 and (y.strides[0] == 8 * n or k == 1)
+    f_layout = y.strides[0] == 8 and (y.strides[1] == 8 * k or n == 1)
+    if n > 0 and k > 0 and (c_layout or f_layout):
+        v = x[0]
+        if v.strides[0] != 8:
+            v = _pm_empty(k, _pm_f64)
+            for i in range(k):
+                v[i] = x[0, i]
+        if c_layout:
+            _pm_gemv("n", n, k, _pm_ptr(y), n, _pm_ptr(v), _pm_ptr(out))
+        else:
+            _pm_gemv("t", k, n, _pm_ptr(y), k, _pm_ptr(v), _pm_ptr(out))
+        return out
+    for j in range(n):
+        acc = 0.0
+        for i in range(k):
+            acc += x[0, i] * y[i, j]
+        out[0, j] = acc
+    return out
+""",
+    (1, 2): """
+def dot(x, y):
+    k, n = y.shape
+    if x.shape[0] != k:
+        raise ValueError("incompatible array sizes for np.dot(a, b) (vector * matrix)")
+    out = _pm_empty(n, _pm_f64)
+    if y.strides[1] >= y.strides[0]:
+        for j in range(n):
+            acc = 0.0
+            for i in range(k):
+                acc += x[i] * y[i, j]
+            out[j] = acc
+    else:
+        for j in range(n):
+            out[j] = 0.0
+        for i in range(k):
+            xi = x[i]
+            for j in range(n):
+                out[j] += xi * y[i, j]
+    return out
+""",
+}
+
+
+def _dot(op, node):
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import native
+
+    src = _DOT_SOURCES[_dot_kind(node)].lstrip()
+    env = {
+        "__name__": __name__,
+        "_pm_empty": native.empty,
+        "_pm_f64": np.float64,
+        "_pm_gemv": native.blas_dgemv,
+        "_pm_ptr": native.data_pointer,
+    }
+    key = "pmfast_dot_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "dot", env, env)), key
+
+
+def _dot_kind(node):
+    """Which of :data:`_DOT_SOURCES` computes ``node`` (None: pytensor's)."""
+    x, y = node.inputs
+    if not all(v.type.dtype == "float64" for v in (x, y, *node.outputs)):
+        return None
+    if (x.ndim, y.ndim) == (2, 2):
+        if y.type.shape[1] == 1:
+            return (2, "col")
+        if x.type.shape[0] == 1:
+            return ("row", 2)
+        return None
+    return (x.ndim, y.ndim) if (x.ndim, y.ndim) in _DOT_SOURCES else None
+
+
+def cores(functions) -> list:
+    """``(core dispatcher, argument types)`` of the Elemwise node functions among ``functions`` (once each)."""
+    found = {}
+    for f in functions:
+        core = getattr(getattr(f, "py_func", None), "_pmfast_core", None)
+        if core is not None:
+            found.setdefault(id(core[0]), core)
+    return list(found.values())
+
+
+def funcify_and_cache_key(op, node):
+    """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
+    from pytensor.tensor.elemwise import DimShuffle, Elemwise
+    from pytensor.tensor.math import Dot
+    from pytensor.tensor.shape import SpecifyShape
+
+    if node is None:
+        return None
+    if isinstance(op, SpecifyShape):
+        return _specify_shape(op, node)
+    if type(op) is Elemwise:
+        return _elemwise(op, node)
+    if type(op) is DimShuffle:
+        return _dimshuffle(op, node)
+    if type(op) is Dot and _dot_kind(node) is not None:
+        return _dot(op, node)
+    return None

@@ -1,0 +1,286 @@
+"""pmfast.compiler: intrinsics, op implementations, entries, callbacks' return codes, forked compiles."""
+
+import os
+import threading
+
+import numba
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pmfast
+from pmfast import compiler
+from pmfast.compiler import callbacks, entry, inline, native, ops, parallel
+from pmfast.compiler.overloads import SliceShapeError
+
+compiler.setup()
+
+
+def both(inputs, outputs):
+    """The same graph compiled by pmfast's linker and by stock numba."""
+    return (
+        pytensor.function(inputs, outputs, mode=pmfast.get_mode(), on_unused_input="ignore"),
+        pytensor.function(inputs, outputs, mode="NUMBA", on_unused_input="ignore"),
+    )
+
+
+def op_names(fn):
+    return [type(n.op).__name__ for n in fn.maker.fgraph.toposort()]
+
+
+# --- intrinsics and overloads --------------------------------------------------------------
+
+
+@numba.njit
+def _views(a, n):
+    v = native.array_view(native.data_pointer(a), (n, 2), np.float64)
+    e = native.empty((n,), np.float64)
+    for i in range(n):
+        e[i] = v[i, 1]
+    return e
+
+
+def test_view_and_empty_share_and_allocate():
+    a = np.arange(6.0)
+    np.testing.assert_array_equal(_views(a, 3), [1.0, 3.0, 5.0])
+
+
+@numba.njit
+def _assign(a, b):
+    a[:] = b
+    return a
+
+
+def test_slice_assignment_error_keeps_numbas_message():
+    with pytest.raises(ValueError, match=r"cannot assign slice of shape \(4,\) from input of shape \(3,\)") as err:
+        _assign(np.zeros(3), np.zeros(4))
+    assert isinstance(err.value, SliceShapeError)
+
+
+@numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
+def _callee(x_, out_, logp_, ud_):
+    x = native.array_view(x_, 2, np.float64)
+    if x[0] < 0:
+        raise ValueError("negative")
+    if x[0] > 10:
+        raise SliceShapeError((1,), (int(x[0]),))  # an exception with runtime arguments
+    logp_[0] = x[0] + x[1]
+    return 0
+
+
+@numba.njit
+def _caller(address, x, logp):
+    return native.call_native4(address, 7, native.data_pointer(x), native.data_pointer(x), native.data_pointer(logp), native.data_pointer(x))
+
+
+def test_call_native_returns_error_code_for_exceptions():
+    sig = entry.signature("logp")
+    _callee.compile(sig)
+    address = native.native_address(_callee, sig)
+    logp = np.zeros(1)
+    assert _caller(address, np.array([1.0, 2.0]), logp) == 0 and logp[0] == 3.0
+    assert _caller(address, np.array([-1.0, 2.0]), logp) == 7
+    assert _caller(address, np.array([11.0, 2.0]), logp) == 7
+
+
+# --- op implementations ---------------------------------------------------------------------
+
+
+@settings(max_examples=25, deadline=None)
+@given(data=st.data())
+def test_dimshuffle_matches_stock(data):
+    ndim = data.draw(st.integers(0, 3))
+    shape = tuple(data.draw(st.lists(st.sampled_from([1, 2, 3]), min_size=ndim, max_size=ndim)))
+    x = pt.tensor("x", shape=tuple(1 if s == 1 else None for s in shape))
+    kept = [i for i in range(ndim) if shape[i] != 1 or data.draw(st.booleans())]
+    order = data.draw(st.permutations(kept))
+    order = list(order)
+    for _ in range(data.draw(st.integers(0, 2))):
+        order.insert(data.draw(st.integers(0, len(order))), "x")
+    ours, stock = both([x], x.dimshuffle(*order) * 1.5)
+    value = np.arange(np.prod(shape), dtype="float64").reshape(shape)
+    np.testing.assert_array_equal(ours(value), stock(value))
+
+
+def test_dimshuffle_view_checks_dropped_axes():
+    node_fn = ops._dimshuffle(pt.tensor(shape=(None, 1)).dimshuffle(0).owner.op, None)[0]
+    fn = numba.njit(lambda a: node_fn(a))  # node functions have no Python entry point of their own
+    assert fn(np.ones((3, 1))).shape == (3,)
+    with pytest.raises(ValueError, match="squeeze axes with size not equal to one"):
+        fn(np.ones((3, 2)))
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda X, v, w: pt.dot(X, v),
+        lambda X, v, w: pt.dot(X.T, w),
+        lambda X, v, w: pt.dot(w, X),
+        lambda X, v, w: pt.dot(v, X.T),
+        lambda X, v, w: pt.dot(v, v),
+        lambda X, v, w: pt.dot(X[:, ::2], v[:3]),
+        lambda X, v, w: pt.dot(X, X.T),
+    ],
+)
+def test_dot_matches_stock(make):
+    X, v, w = pt.dmatrix("X"), pt.dvector("v"), pt.dvector("w")
+    ours, stock = both([X, v, w], make(X, v, w))
+    rng = np.random.default_rng(0)
+    args = rng.normal(size=(7, 5)), rng.normal(size=5), rng.normal(size=7)
+    np.testing.assert_allclose(ours(*args), stock(*args), rtol=1e-13)
+
+
+def test_dot_loop_refuses_mismatched_sizes():
+    X, v = pt.dmatrix("X"), pt.dvector("v")
+    ours, _ = both([X, v], pt.dot(X, v))
+    assert [ops._dot_kind(n) for n in ours.maker.fgraph.toposort() if type(n.op).__name__ == "Dot"] == [(2, "col")]
+    with pytest.raises(ValueError, match="incompatible array sizes"):
+        ours(np.ones((3, 4)), np.ones(5))
+
+
+def test_specify_shape_message_matches_stock():
+    x = pt.dvector("x")
+    ours, stock = both([x], pt.specify_shape(x, (3,)) * 2.0)
+    messages = []
+    for fn in (ours, stock):
+        with pytest.raises(AssertionError) as err:
+            fn(np.ones(4))
+        messages.append(str(err.value).splitlines()[0])
+    assert messages[0] == messages[1] == "SpecifyShape: dim 0 of input has shape 4, expected 3."
+
+
+def test_elemwise_multi_output_broadcast_and_inplace_match_stock():
+    x, y = pt.dmatrix("x"), pt.drow("y")
+    k = pt.lvector("k")
+    a = pt.exp(x) * y + 1.0
+    c = pt.exp(pt.cumsum(x, axis=0)) * y  # written into cumsum's output
+    outputs = [a, pt.log1p(a) - y, (a > 2).astype("int8"), pt.switch(k > 0, k * 2, -k), c]
+    ours, stock = both([x, y, k], outputs)
+    elemwise = [n.op for n in ours.maker.fgraph.apply_nodes if isinstance(n.op, pt.elemwise.Elemwise)]
+    assert any(op.scalar_op.nout > 1 for op in elemwise) and any(op.inplace_pattern for op in elemwise)
+    rng = np.random.default_rng(1)
+    args = rng.normal(size=(4, 3)), rng.normal(size=(1, 3)), np.array([-2, 0, 3])
+    for got, ref in zip(ours(*args), stock(*args), strict=True):
+        assert got.dtype == ref.dtype
+        np.testing.assert_array_equal(got, ref)
+    z = pt.dmatrix("z")
+    ours, stock = both([x, z], pt.exp(x) + z)
+    for fn in (ours, stock):  # no runtime broadcasting of a length that isn't statically 1
+        with pytest.raises(ValueError):
+            fn(args[0], rng.normal(size=(1, 3)))
+
+
+# --- inlining -------------------------------------------------------------------------------
+
+
+def test_inlinable_rejects_what_numbas_inliner_cannot_handle():
+    def plain(x):
+        if x < 0:
+            raise ValueError("negative")
+        return x + 1
+
+    def varargs(*xs):
+        return xs[0]
+
+    def dynamic(x):
+        if x < 0:
+            raise ValueError("negative", x)
+        return x
+
+    def fstring(x):
+        if x < 0:
+            raise ValueError(f"negative {x}")
+        return x
+
+    assert inline.inlinable(plain)
+    assert not any(inline.inlinable(f) for f in (varargs, dynamic, fstring))
+
+
+# --- entries and callbacks --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    """A model whose gradient is a Join of three pieces; compiled once."""
+    import pymc as pm
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1, shape=2)
+        s = pm.HalfNormal("s", 1)
+        xd = pm.Data("x", np.array([0.5, -1.0, 2.0]))
+        pm.Normal("y", mu[0] + mu[1] * xd, s, observed=np.array([1.0, 0.0, 3.0]))
+    return model, pmfast.compile(model)
+
+
+def test_entry_writes_the_gradient_join_in_place(tiny):
+    model, compiled = tiny
+    spec = compiled.kernels[0].spec
+    assert spec.pieces[1] is not None and len(spec.pieces[1]) == 2
+    assert "join" not in compiled.kernels[0].source.lower()
+    stock, x0 = pmfast.logp_dlogp_function(model, passes="none")
+    code, logp, grad = callbacks.logp_at(compiled, x0)
+    ref_logp, ref_grad = stock(x0)
+    assert code == 0
+    np.testing.assert_allclose(logp, ref_logp, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-12)
+
+
+def test_callback_return_codes(tiny):
+    _, compiled = tiny
+    x = np.zeros(compiled.n_dim)
+    assert callbacks.logp_at(compiled, x)[0] == 0
+    assert callbacks.logp_at(compiled, x, dim=compiled.n_dim + 1)[0] == -1
+    x_inf = x.copy()
+    x_inf[-1] = -1e6  # s = exp(-1e6) = 0: an infinite log density
+    assert callbacks.logp_at(compiled, x_inf)[0] in (3, 4)
+    code, values = callbacks.expand_at(compiled, x)
+    assert code == 0 and values.size == compiled.n_expanded
+    assert callbacks.expand_at(compiled, x, expanded=compiled.n_expanded + 1)[0] == -1
+
+
+def test_callback_maps_exceptions_to_error_codes(tiny):
+    """A shared array swapped for one of the wrong length makes the kernel raise: code 1."""
+    _, compiled = tiny
+    swapped = compiled.with_data(x=np.ones(5))
+    assert callbacks.logp_at(swapped, np.zeros(compiled.n_dim))[0] == 1
+
+
+def test_entry_refuses_outputs_that_do_not_fit():
+    spec = entry.EntrySpec("expand", 2, 3, 4, (), ("x",), (), ("x",), (None,))
+    src = entry.generate_source(spec)
+    assert "do not fill the 3 values expected" in src and "do not fit" in src
+
+
+# --- forked compiles --------------------------------------------------------------------------
+
+
+def test_fork_runs_the_compile_in_a_child(tmp_path):
+    marker = tmp_path / "done"
+    child = parallel.fork(lambda: marker.write_text(str(os.getpid())))
+    assert child is not None and child.wait()
+    assert int(marker.read_text()) == child.pid != os.getpid()
+    failing = parallel.fork(lambda: 1 / 0)
+    assert failing is not None and not failing.wait()
+
+
+def test_no_fork_while_other_threads_run():
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait)
+    t.start()
+    try:
+        assert parallel.fork(lambda: None) is None
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_cached_elemwise_code_tells_constants_apart():
+    """Scalar code that differs only in a constant never shares a cache entry (both in one cache)."""
+    x = pt.dvector("x")
+    values = np.array([0.5, 1.0])
+    for c in (2.0, 3.0, 2.5):
+        (fn, _) = both([x], pt.exp(x * c) + 1.0)
+        np.testing.assert_allclose(fn(values), np.exp(values * c) + 1.0, rtol=1e-15)
