@@ -108,13 +108,8 @@ def compile_numba(
         )
 
 
-def _child_compile(cores, expand) -> None:
+def _child_compile(expand) -> None:
     """What the forked process compiles into the cache (see :mod:`pmfast.compiler.parallel`)."""
-    from pmfast.compiler import inline
-
-    for core, argtypes in cores:
-        if not inline.is_cached(core):
-            core.compile(argtypes)
     expand.compile()
 
 
@@ -147,7 +142,7 @@ def _compile_numba(
     from pymc.initial_point import make_initial_point_fn
     from pymc.model.transform.optimization import freeze_dims_and_data
 
-    from pmfast.compiler import callbacks, entry, ops, parallel
+    from pmfast.compiler import callbacks, entry, parallel
 
     timings: dict[str, float] = {}
     cpu_timings: dict[str, float] = {}
@@ -202,13 +197,12 @@ def _compile_numba(
         "logp": entry.prepare_entry(spec("logp", logp_fn_pt, n_dim), logp_fn_pt),
         "expand": entry.prepare_entry(spec("expand", expand_fn_pt, n_expanded), expand_fn_pt),
     }
-    # a forked process (the other core) compiles the Elemwise cores the logp+grad entry will need,
-    # then the expand entry, into the cache, while this one compiles logp+grad
+    # a forked process (the other core) compiles the expand entry into the cache while this one
+    # compiles logp+grad (both inline their node functions: nothing else is shared to precompile)
     expand = prepared["expand"]
     child = None
     if expand.key is not None and not expand.in_cache():
-        graph_globals = entry.graph_function(logp_fn_pt.vm.jit_fn).__globals__.values()
-        child = parallel.fork(functools.partial(_child_compile, ops.cores(graph_globals), expand))
+        child = parallel.fork(functools.partial(_child_compile, expand))
     entries = {}
     with timed("numba: logp+grad kernel") as t:
         entries["logp"] = prepared["logp"].compile()

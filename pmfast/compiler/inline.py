@@ -5,11 +5,18 @@ module optimised and turned into machine code, and then its code is linked
 into each caller and optimised again. A node function that is not in the
 cache would be compiled just for this entry: the entry inlines it at numba's
 IR level (``inline="always"``) and it is typed, lowered and optimised once,
-as part of the entry. A node function already in the cache (compiled for an
-earlier model) is called: loading it is cheaper than compiling its body
-again. The same holds one level down: a fused Elemwise's core function
-inlines the scalar op functions of its scalar graph
+as part of the entry. The same holds one level down: a fused Elemwise's core
+function inlines the scalar op functions of its scalar graph
 (:mod:`pmfast.compiler.ops`).
+
+The choice depends on the graph only, never on what the cache holds. Inlined
+code is optimised together with the entry (numba types an inlined function
+with the caller's flags, and LLVM may contract or reassociate across the
+former call), so it can round differently from the called function: choosing
+by cache state made the same model give different draws for one seed
+depending on what was compiled before (a first compile inlined a function, a
+later one on the same machine called the cached copy). A node function
+compiled for an earlier model is therefore inlined again, not called.
 
 Not inlined (numba's inliner can't, or the entry would grow for nothing):
 functions that are not plain jitted functions (pytensor's ``@overload``
@@ -53,13 +60,6 @@ def inner_function(dispatcher):
         if not isinstance(dispatcher, CPUDispatcher):
             return None
     return dispatcher
-
-
-def is_cached(dispatcher) -> bool:
-    """Whether numba's on-disk cache has an index for ``dispatcher`` (a call will most likely load it)."""
-    cache = getattr(dispatcher, "_cache", None)
-    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
-    return index is not None and os.path.exists(index)
 
 
 _DYNAMIC = frozenset({"LOAD_FAST", "LOAD_DEREF", "LOAD_ATTR", "BINARY_SUBSCR", "LOAD_METHOD", "BINARY_OP"})
@@ -107,4 +107,4 @@ def should_inline(op_name: str | None, dispatcher) -> bool:
     """Inline this node's function into the entry (see the module docstring)?"""
     if op_name is None or op_name in NEVER or os.environ.get("PMFAST_INLINE", "1") == "0":
         return False
-    return not is_cached(dispatcher) and inline_version(dispatcher) is not None
+    return inline_version(dispatcher) is not None

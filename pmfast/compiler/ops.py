@@ -155,15 +155,6 @@ def _elemwise(op, node):
     src, env = _vectorized_source(op, node, scalar_fn, scalar_key)
     env.update(__name__=__name__, _pm_empty=native.empty)
     py_func = compile_numba_function_src(src.split("\n# core:\n")[0], "elemwise", env, env)
-    if not op.inplace_pattern:
-        # the core's signature is known before the entry is typed: another process can compile it
-        # meanwhile (pmfast.compiler.parallel); an in-place core's output type follows an input layout
-        from numba import from_dtype
-        from numba.core import types as nbt
-
-        ins = [from_dtype(np.dtype(i.type.dtype)) for i in node.inputs]
-        outs = [nbt.Array(from_dtype(np.dtype(o.type.dtype)), 0, "C") for o in node.outputs]
-        py_func._pmfast_core = (env["core"], (*ins, *outs))
     fn = numba_njit(py_func)
     key = None
     if scalar_key is not None:
@@ -327,16 +318,6 @@ def _dot_kind(node):
             return ("row", 2)
         return None
     return (x.ndim, y.ndim) if (x.ndim, y.ndim) in _DOT_SOURCES else None
-
-
-def cores(functions) -> list:
-    """``(core dispatcher, argument types)`` of the Elemwise node functions among ``functions`` (once each)."""
-    found = {}
-    for f in functions:
-        core = getattr(getattr(f, "py_func", None), "_pmfast_core", None)
-        if core is not None:
-            found.setdefault(id(core[0]), core)
-    return list(found.values())
 
 
 def funcify_and_cache_key(op, node):

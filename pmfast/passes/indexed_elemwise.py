@@ -51,7 +51,7 @@ from pmfast.loops.codegen import generate_source, source_key
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
 from pmfast.passes.lengths import EqualLengths
 from pmfast.passes.registry import record, register_pass
-from pmfast.passes.rewriting import PassRewriter
+from pmfast.passes.rewriting import PassRewriter, record_nodes_added
 
 _log = logging.getLogger(__name__)
 
@@ -91,6 +91,9 @@ class IndexedElemwise(Op):
     """
 
     __props__ = ("loop", "out_types")
+    #: vector_math converts this loop's body to pmfast.vmath ops: codegen needs them to choose the
+    #: chunked (vectorized) form, and maps them back to libm where the loop stays scalar
+    vectorizes_scalar_body = True
 
     def __init__(self, loop: IndexedLoop, out_types):
         self.loop = loop
@@ -1008,9 +1011,13 @@ class SqueezeColumns(PassRewriter):
     reason = PASS_NAME
 
     def apply(self, fgraph):
+        before = len(fgraph.apply_nodes)
         for node in list(fgraph.toposort()):
             if node in fgraph.apply_nodes and isinstance(node.op, Elemwise) and will_vectorize(node.op.scalar_op):
                 self.attempt(fgraph, lambda node=node: list(zip(node.outputs, squeezed(node) or [])), node)
+        # the column views (DimShuffles: no copies) are the nodes this adds by design
+        if len(fgraph.apply_nodes) != before:
+            record_nodes_added(fgraph, PASS_NAME, len(fgraph.apply_nodes) - before)
 
 
 class IndexedElemwiseFusion(PassRewriter):
