@@ -6,7 +6,7 @@
 Scenarios (each side of each run is its own process; seconds exclude imports
 and model building unless stated):
 
-* ``cold``: empty pytensor/numba caches (a fresh ``base_compiledir``):
+* ``cold``: empty pytensor/numba caches (a fresh ``base_compiledir`` and ``NUMBA_CACHE_DIR``):
   ``nutpie.compile_pymc_model`` vs ``pmfast.compile``.
 * ``warm``: the same call again in ``--warm`` new processes on the cold run's
   cache (median).
@@ -121,7 +121,12 @@ PYTHONS = {"stock": sys.executable, "pmfast": sys.executable}
 
 
 def run(task: str, side: str, specs, compiledir: str) -> dict:
-    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={compiledir}"}
+    # numba's own cache (pmfast.vmath kernels) lives beside pytensor's: a fresh compiledir is a cold machine
+    env = {
+        **os.environ,
+        "PYTENSOR_FLAGS": f"base_compiledir={compiledir}",
+        "NUMBA_CACHE_DIR": os.path.join(compiledir, "numba-cache"),
+    }
     python = PYTHONS.get(side, sys.executable)
     cmd = [python, os.path.abspath(__file__), "--worker", task, "pmfast" if side == "ref" else side, *specs]
     # a neutral working directory: each interpreter imports its own install

@@ -12,7 +12,7 @@ from pmfast import bench
 
 KEYS = {
     "model", "passes", "n_dim", "compile_s", "rss_mb", "rss_compile_mb", "eval_us", "eval_us_repeats",
-    "calls_per_repeat", "timing_loop", "fired", "logp", "grad",
+    "calls_per_repeat", "timing_loop", "fired", "logp", "grad", "point",
 }
 
 
@@ -31,6 +31,7 @@ def test_worker_prints_expected_keys(tiny):
     assert result["n_dim"] == 2 and len(result["grad"]) == 2 and len(result["eval_us_repeats"]) == 5
     assert result["compile_s"] > 0 and result["rss_mb"] > 0 and result["eval_us"] > 0
     assert result["timing_loop"] == "njit"
+    assert result["point"] == "typical"
 
 
 def test_worker_reports_errors_as_json(tiny):

@@ -322,12 +322,12 @@ def _kernel_globals(fn):
 
 def test_threads_for(monkeypatch):
     monkeypatch.setattr(threads, "available_cores", lambda: 8)
-    monkeypatch.setattr(threads, "idle_cores", lambda: 8.0)
     assert threads.threads_for(chains=8) == 1 and threads.threads_for(chains=6, cores=8) == 1
-    assert threads.threads_for(chains=1, cores=1) == 8
+    assert threads.threads_for(chains=1, cores=1) == 8 and threads.threads_for(chains=1) == 8
     assert threads.threads_for(chains=4, cores=2) == (4 if threads.threadsafe_layer() else 1)
-    monkeypatch.setattr(threads, "idle_cores", lambda: 1.5)  # other processes hold the cores
-    assert threads.threads_for(chains=1, cores=1) == 1
+    assert threads.threads_for(chains=3) == (2 if threads.threadsafe_layer() else 1)
+    monkeypatch.setattr(threads.os, "getloadavg", lambda: (7.0, 7.0, 7.0))  # the load does not matter
+    assert threads.threads_for(chains=1, cores=1) == 8
     with threads.using(3):
         assert threads.THREADS == 3
     assert threads.THREADS == 1

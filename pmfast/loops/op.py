@@ -26,6 +26,9 @@ class IndexedElemwise(Op):
     """
 
     __props__ = ("loop", "out_types")
+    #: vector_math converts this loop's body to pmfast.vmath ops: codegen needs them to choose the
+    #: chunked (vectorized) form, and maps them back to libm where the loop stays scalar
+    vectorizes_scalar_body = True
 
     def __init__(self, loop: IndexedLoop, out_types):
         self.loop = loop

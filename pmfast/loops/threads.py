@@ -52,27 +52,18 @@ def threadsafe_layer() -> bool:
     return False
 
 
-def idle_cores() -> float:
-    """Cores not busy with other work right now (the 1-minute load average, this process's
-    compile counted as one of the busy ones)."""
-    try:
-        load = os.getloadavg()[0]
-    except (AttributeError, OSError):  # pragma: no cover - non-Unix
-        return float(available_cores())
-    return available_cores() - max(0.0, load - 1.0)
-
-
 def threads_for(chains: int, cores: int | None = None) -> int:
-    """Threads per kernel call when nutpie runs ``chains`` chains on ``cores`` cores: the
-    machine's cores left over, shared among the chains running at once (1 if none are).
+    """Threads per kernel call when nutpie runs ``chains`` chains on ``cores`` cores (nutpie's
+    default: every core): the machine's cores shared among the chains running at once.
 
-    Only idle cores count: a parallel region waits for its slowest thread, and a thread that
-    has to wait for a core held by another process makes a call slower than running it on one
-    thread (measured on this project's shared 2-core machine at load 5-6: a Bradley-Terry call
-    0.8-1.2 ms on one thread, 2.4-43 ms on two).
+    From the counts alone, so a model compiles the same way on a busy and an idle machine (a
+    choice from the load average would change kernels, their cache keys and their timings with
+    whatever else ran that minute). On a machine shared with other work, pass ``cores=1`` or
+    compile under ``using(1)``: a parallel region waits for its slowest thread (measured here at
+    load 5-6: a Bradley-Terry call 0.8-1.2 ms on one thread, 2.4-43 ms on two).
     """
-    running = max(1, min(chains, cores or chains))
-    n = min(available_cores(), int(idle_cores())) // running
+    running = max(1, min(chains, cores or available_cores()))
+    n = available_cores() // running
     if n <= 1:
         return 1
     if running > 1 and not threadsafe_layer():

@@ -60,7 +60,7 @@ from pmfast.passes.indexed_matching import (  # noqa: F401  (re-exported: siblin
 )
 from pmfast.passes.lengths import EqualLengths
 from pmfast.passes.registry import record, register_pass
-from pmfast.passes.rewriting import PassRewriter
+from pmfast.passes.rewriting import PassRewriter, record_nodes_added
 
 try:  # re-exported for tests; absent without the numba backend, as before
     from pmfast.loops.dispatch import loop_form, numba_funcify_IndexedElemwise  # noqa: F401
@@ -79,9 +79,13 @@ class SqueezeColumns(PassRewriter):
     reason = PASS_NAME
 
     def apply(self, fgraph):
+        before = len(fgraph.apply_nodes)
         for node in list(fgraph.toposort()):
             if node in fgraph.apply_nodes and isinstance(node.op, Elemwise) and will_vectorize(node.op.scalar_op):
                 self.attempt(fgraph, lambda node=node: list(zip(node.outputs, squeezed(node) or [])), node)
+        # the column views (DimShuffles: no copies) are the nodes this adds by design
+        if len(fgraph.apply_nodes) != before:
+            record_nodes_added(fgraph, PASS_NAME, len(fgraph.apply_nodes) - before)
 
 
 class IndexedElemwiseFusion(PassRewriter):

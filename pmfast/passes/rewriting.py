@@ -88,7 +88,8 @@ def nodes_added(obj) -> dict[str, int]:
     """Net nodes each pass reported adding to a compiled function's (or FunctionGraph's) graph.
 
     Only passes that add nodes by design report (``wide_split``: narrow pieces
-    instead of one wide node); a rewrite that merely adds nodes has no allowance.
+    instead of one wide node; ``indexed_elemwise``: the column views of an ``(n, 1)``
+    Elemwise run as 1-d); a rewrite that merely adds nodes has no allowance.
     """
     fgraph = obj.maker.fgraph if hasattr(obj, "maker") else obj
     return dict(getattr(fgraph, "_pmfast_nodes_added", {}))
