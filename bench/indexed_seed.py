@@ -77,18 +77,18 @@ def main(argv=None):
     a = ap.parse_args(argv)
     clock = time.perf_counter if a.clock == "wall" else time.process_time
 
-    import pmfast.passes.indexed_elemwise as ie
+    import pmfast.passes.indexed_matching as im
     from pmfast.passes import fired
 
     rng = np.random.default_rng(0)
     args = (rng.normal(size=a.groups), rng.integers(0, a.groups, a.n), rng.normal(size=a.n))
     stock = build("none")
     fused = build(["indexed_elemwise"])
-    ie.FUSE_SUM = False
+    im.FUSE_SUM = False
     try:
         fused_nosum = build(["indexed_elemwise"])
     finally:
-        ie.FUSE_SUM = True
+        im.FUSE_SUM = True
     assert fired(fused).get("indexed_elemwise"), "pass did not fire"
     ref = hand_loop(*args)
     for f in (stock, fused, fused_nosum):

@@ -17,7 +17,9 @@ from hypothesis import strategies as st
 from pytensor.compile.mode import Mode
 from pytensor.tensor.subtensor import AdvancedIncSubtensor1, AdvancedSubtensor1
 
+import pmfast.loops.dispatch as dispatch
 import pmfast.passes.indexed_elemwise as ie
+import pmfast.passes.indexed_matching as im
 from pmfast.loops import INC, SET, STORE, SUM, Gather, IndexedLoop, Read, Write, evaluate
 from pmfast.loops.codegen import generate_source
 from pmfast.mode import get_mode
@@ -398,7 +400,7 @@ def test_out_of_range_raises_index_error(dtype):
 
 
 def test_without_sum_absorption(monkeypatch):
-    monkeypatch.setattr(ie, "FUSE_SUM", False)
+    monkeypatch.setattr(im, "FUSE_SUM", False)
     inputs, outputs = _seed()
     fn = pytensor.function(inputs, outputs, mode=get_mode(PASS))
     (node,) = _fused_nodes(fn)
@@ -1038,7 +1040,7 @@ def test_rewrite_never_raises(monkeypatch):
     def boom(fgraph, node):
         raise RuntimeError("boom")
 
-    monkeypatch.setattr(ie, "build_fused", boom)
+    monkeypatch.setattr(im, "build_fused", boom)
     inputs, outputs = _seed()
     fn = pytensor.function(inputs, outputs, mode=get_mode(PASS))
     assert not _fused_nodes(fn)
@@ -1251,7 +1253,7 @@ def test_lazy_switch_structure_and_switch_off(monkeypatch):
     skill, p1, p2 = rng.normal(size=6), rng.integers(-6, 6, 30), rng.integers(-6, 6, 30).astype("int32")
     y = rng.integers(0, 2, 30).astype("int8")
     _check("lazy_switch", (skill, p1, p2, y))
-    monkeypatch.setattr(ie, "LAZY_SWITCH", False)
+    monkeypatch.setattr(dispatch, "LAZY_SWITCH", False)
     inputs, outputs = _lazy_switch()
     eager = pytensor.function(inputs, outputs, mode=get_mode(PASS))
     fused, _, _ = _compiled("lazy_switch")

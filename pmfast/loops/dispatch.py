@@ -1,0 +1,158 @@
+"""The numba implementation of :class:`~pmfast.loops.op.IndexedElemwise`: its loop source
+(:mod:`pmfast.loops.codegen`, :mod:`pmfast.loops.chunked`, the scalar body of
+:mod:`pmfast.loops.body`) compiled and registered with ``register_funcify_and_cache_key``, and
+the codegen switches it reads (``LAZY_SWITCH``, ``CHUNKED``; ``VERSION`` in every cache key).
+"""
+
+from __future__ import annotations
+
+import logging
+from hashlib import sha256
+
+import numpy as np
+
+from pmfast.loops import threads as loop_threads
+from pmfast.loops.body import BODY_VERSION, is_vmath, op_body, vectorizable
+from pmfast.loops.chunked import CHUNKED_VERSION, chunkable, generate_chunked, threadable
+from pmfast.loops.codegen import generate_source, source_key
+from pmfast.loops.op import IndexedElemwise
+
+_log = logging.getLogger(__name__)
+
+#: Part of every cache key of the generated numba code.
+VERSION = "indexed_elemwise-2"
+
+#: Evaluate the scalar Composite's Switch branches lazily when a branch owns an
+#: expensive op (``pmfast.loops.body.scalar_body``); stock numba evaluates
+#: both. Switch off to measure without it.
+LAZY_SWITCH = True
+
+#: Run 1-d loops whose body vectorizes (branch-free arithmetic and pmfast.vmath's kernels) in
+#: the chunked form (:mod:`pmfast.loops.chunked`). Switch off to measure without it.
+CHUNKED = True
+
+
+def will_vectorize(scalar_op) -> bool:
+    """Will a loop over ``scalar_op`` run in the chunked, vectorized form
+    (:func:`pmfast.loops.body.vectorizable`): branch-free arithmetic and pmfast.vmath ops only, at
+    least one of the latter (``vector_math``, 49.3, has run when the reduction loops are built)?"""
+    if not CHUNKED:
+        return False
+    from pmfast.loops.body import VECTOR_SAFE_OPS, _scalar_op_name, flatten_composites, is_vmath
+
+    ops = [n.op for n in flatten_composites(scalar_op.fgraph).apply_nodes] if hasattr(scalar_op, "fgraph") else [scalar_op]
+    if not all(_scalar_op_name(op) in VECTOR_SAFE_OPS or is_vmath(op) for op in ops):
+        return False
+    return any(is_vmath(op) for op in ops)
+
+
+try:
+    from pmfast import __version__ as pmfast_version
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch import basic as numba_basic
+    from pytensor.link.numba.dispatch.basic import (
+        numba_funcify_and_cache_key,
+        numba_funcify_ensure_cache,
+        register_funcify_and_cache_key,
+    )
+    import numba
+    from pytensor.scalar.basic import get_scalar_type
+
+    from pmfast.loops.stack import stack_array
+
+    def vmath_version() -> str:
+        from pmfast.vmath import VERSION as vmath_key
+
+        return vmath_key
+
+    def _node_fn(node, vector: bool):
+        """A scalar node's numba function: pmfast.vmath's kernel itself (the cache wrapper
+        pytensor puts around it is a call LLVM does not inline) in a vectorized loop, libm (the
+        stock op it subclasses) in a scalar one, where the kernels are slower."""
+        op = node.op
+        if is_vmath(op):
+            from pmfast.vmath import KERNELS
+            from pmfast.vmath.ops import SUBSTITUTES
+
+            if vector:
+                return KERNELS[op.kernel]
+            stock = next(b for b in type(op).__mro__ if b in SUBSTITUTES)
+            op = stock(op.output_types_preference, name=op.name)
+        return numba_funcify_ensure_cache(op, node=node)[0]
+
+    def loop_body(loop, node, vector: bool = False):
+        """The loop's scalar body as statements (:func:`pmfast.loops.body.op_body`) and their
+        globals. ``vector``: for the chunked form (every Switch a select)."""
+        in_types = [get_scalar_type(dtype=node.inputs[r.array].type.dtype) for r in loop.reads]
+        nout = getattr(loop.scalar_op, "nout", 1)
+        outs = [f"o{k}" for k in range(nout)]
+        body = op_body(loop.scalar_op, in_types, outs, lazy=LAZY_SWITCH and not vector)
+        return body, body.env(lambda n: _node_fn(n, vector))
+
+    def loop_form(loop, node):
+        """``("chunked", body, env)`` when the loop can run vectorized, else ``("plain", body, env)``."""
+        if CHUNKED and chunkable(loop):
+            body, env = loop_body(loop, node, vector=True)
+            if vectorizable(body):
+                return "chunked", body, env
+        body, env = loop_body(loop, node)
+        return "plain", body, env
+
+    @register_funcify_and_cache_key(IndexedElemwise)
+    def numba_funcify_IndexedElemwise(op, node, **kwargs):
+        loop = op.loop
+        scalar_inputs = [get_scalar_type(dtype=node.inputs[r.array].type.dtype)() for r in loop.reads]
+        scalar_node = loop.scalar_op.make_node(*scalar_inputs)
+        scalar_fn, scalar_key = numba_funcify_and_cache_key(loop.scalar_op, node=scalar_node, **kwargs)
+        env = {"np": np, "scalar_fn": scalar_fn, "stack_array": stack_array}
+        form, body = "stock", None
+        try:
+            form, body, body_env = loop_form(loop, node)
+            env.update(body_env)
+        except Exception:  # never fail compilation: call the stock scalar function
+            _log.debug("indexed_elemwise: inline scalar body declined", exc_info=True)
+            form, body = "stock", None
+        in_dtypes = [i.type.dtype for i in node.inputs]
+        out_dtypes = [o.type.dtype for o in node.outputs]
+        name = "indexed_elemwise_loop"
+        # The loops are compiled without fast-math flags: measured on the seed, pytensor's
+        # default set (contract/afn/arcp/nsz...) slows the gather/scatter loop by ~25%, and IEEE
+        # order keeps scatters and sums deterministic. The scalar functions keep their own flags.
+        threads = 1
+        if form == "chunked":
+            body_dtypes = [o.type.dtype for o in scalar_node.outputs]
+            threads = loop_threads.THREADS if threadable(loop) else 1
+            sources = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, name, threads)
+            env["prange"] = numba.prange
+            for fname, fsrc in sources[:-1]:
+                f = compile_numba_function_src(fsrc, fname, env, write_to_disk=True)
+                flags = {"parallel": True} if fname.endswith("_blocks") else {}
+                env[fname] = numba_basic.numba_njit(f, fastmath=False, error_model="numpy", **flags)
+            src = "".join(fsrc for _, fsrc in sources)
+            fn = compile_numba_function_src(sources[-1][1], name, env, write_to_disk=True)
+        else:
+            src = generate_source(loop, in_dtypes, out_dtypes, func_name=name, body=body)
+            fn = compile_numba_function_src(src, name, env, write_to_disk=True)
+        jitted = numba_basic.numba_njit(fn, fastmath=False)
+        if scalar_key is None:
+            key = None
+        else:
+            key = sha256(
+                str(
+                    (
+                        "pmfast",
+                        pmfast_version,
+                        VERSION,
+                        "IndexedElemwise",
+                        source_key(loop, in_dtypes, out_dtypes),
+                        sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
+                        tuple(str(t) for t in op.out_types),
+                        scalar_key,
+                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads),
+                    )
+                ).encode()
+            ).hexdigest()
+        return jitted, key
+
+except ImportError:  # pragma: no cover - numba backend unavailable
+    _log.debug("numba dispatch for IndexedElemwise not registered", exc_info=True)
