@@ -125,3 +125,35 @@ def test_entry_keys_follow_versions(monkeypatch):
         with monkeypatch.context() as m:
             m.setattr(mod, attr, value)
             assert entry.entry_key(spec, "src", "graph", {}) != key
+
+
+REPEAT_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import numpy as np
+    import nutpie
+    import pmfast
+    from pmfast.models import radon_data
+
+    model = radon_data.build_model(n_obs=200, n_counties=12)
+    mus = []
+    for _ in range(3):  # the first compile finds an empty cache, the next ones what it left
+        compiled = pmfast.compile(model)
+        idata = nutpie.sample(compiled, draws=150, tune=150, chains=1, seed=7, progress_bar=False)
+        mus.append(idata.posterior["mu_a"].values.ravel().tolist())
+    print(json.dumps(mus))
+    """
+)
+
+
+def test_same_draws_whatever_the_cache_held(tmp_path):
+    """One model compiled into an empty cache and again into the cache that compile filled gives
+    the same draws for one seed: what an entry inlines never depends on the cache (inlined code
+    can round differently, and 300 NUTS steps amplify a difference in the last bit)."""
+    path = tmp_path / "repeat.py"
+    path.write_text(REPEAT_SCRIPT)
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cache'}", "PMFAST_PARALLEL_COMPILE": "0"}
+    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, *later = json.loads(out.stdout.strip().splitlines()[-1])
+    assert all(mu == first for mu in later)
