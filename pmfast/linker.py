@@ -11,8 +11,9 @@ codegen, the peak of the compile):
 * **pmfast's op implementations** (:mod:`pmfast.compiler.ops`: Elemwise,
   DimShuffle, vector-shaped Dot, SpecifyShape) instead of pytensor's, for
   what they cost to compile; generated from source with only globals, numba
-  caches them without pytensor's ``*args`` wrapper. Every cache key this
-  linker writes ends with :func:`compile_salt`.
+  caches them without pytensor's ``*args`` wrapper; and the scalar ``Psi``
+  (pytensor's calls scipy through a function pointer: never cached). Every
+  cache key this linker writes ends with :func:`compile_salt`.
 * **Chunked calls.** CPython 3.11 compiles a call or tuple display with more
   than 30 items as ``BUILD_LIST`` + ``LIST_APPEND``… + ``CALL_FUNCTION_EX``, which
   numba lowers as a chain of one-element tuple concatenations (O(n²) IR). Every
@@ -190,6 +191,8 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
 
         before = state.chunked
         ours = ops.funcify_and_cache_key(op, kwargs.get("node"))
+        if ours is None:
+            ours = ops.scalar_funcify_and_cache_key(op, kwargs.get("node"))
         fn, key = ours if ours is not None else orig_key(op, *args, **kwargs)
         key = _salt(key, state.chunked > before)
         if optnone_fgraph is not None and op is optnone_fgraph:

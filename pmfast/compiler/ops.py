@@ -19,6 +19,15 @@ behaves the same: same results, same exception type and message.
 * ``DimShuffle``: pytensor's calls numba's ``as_strided`` (its overloads:
   ~0.7 s of a cold process). Here an intrinsic builds the same view
   (:func:`pmfast.compiler.native.dimshuffle`).
+* scalar ``Psi`` (digamma) of float64: pytensor calls scipy's Cython function
+  through a function pointer and gives up caching (key None), so every graph
+  containing psi (NegativeBinomial, StudentT's nu…) was compiled again in each
+  process. Here :func:`pmfast.vmath.special.psi` (pure numba, within a few ulp
+  of scipy), keyed on pmfast.vmath's version. A scalar op: it is looked up by
+  pmfast's ``numba_funcify_and_cache_key`` (:func:`scalar_funcify_and_cache_key`),
+  which pytensor calls for each node of a Composite's scalar graph as well as
+  for a lone scalar op, and only while pmfast's linker converts a graph: stock
+  NUMBA mode keeps scipy's psi.
 * ``Dot`` of float64 vectors and matrices where one side is a vector
   (pytensor's rewrites turn ``X @ beta`` into matrix × column: then one
   side has static length 1): pytensor calls ``np.dot``, whose numba
@@ -337,3 +346,21 @@ def funcify_and_cache_key(op, node):
     if type(op) is Dot and _dot_kind(node) is not None:
         return _dot(op, node)
     return None
+
+
+def scalar_funcify_and_cache_key(op, node):
+    """pmfast's ``(numba function, cache key)`` for the scalar op ``op`` (scalar ``node``), or None.
+
+    Only from the patched ``numba_funcify_and_cache_key`` (pmfast/linker.py), not from
+    ``numba_funcify_ensure_cache``: pytensor wraps the function in its cached ``*args``
+    forwarder, as for every scalar op (the function keeps its own numba flags).
+    """
+    from pytensor.scalar.math import Psi
+
+    if node is None or type(op) is not Psi:
+        return None
+    if not all(v.type.dtype == "float64" for v in (*node.inputs, *node.outputs)):
+        return None
+    from pmfast.vmath import special
+
+    return special.psi, "pmfast_psi_" + special.cache_key()
