@@ -339,7 +339,9 @@ def funcify_and_cache_key(op, node):
         return None
     if isinstance(op, SpecifyShape):
         return _specify_shape(op, node)
-    if type(op) is Elemwise:
+    if type(op) is Elemwise and not op.inplace_pattern:
+        # in-place Elemwise keep pytensor's lowering: pmfast's in-place core computed wrong
+        # values inside a Scan's inner graph (tests/test_scan_dedup.py, mixed_kinds)
         return _elemwise(op, node)
     if type(op) is DimShuffle:
         return _dimshuffle(op, node)
