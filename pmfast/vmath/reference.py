@@ -36,7 +36,7 @@ def ulp_error(got, ref) -> np.ndarray:
     return np.where(np.isnan(got) != np.isnan(r64), np.inf, err)
 
 
-def _mp(f, x, dps: int = 40):
+def mp_values(f, x, dps: int = 40):
     """``f`` (an mpmath function of one mpf) on a float64 array, as long doubles."""
     import mpmath as mp
 
@@ -110,11 +110,11 @@ REFERENCES = {
     "softplus": _ld(lambda x: np.logaddexp(L(0), x)),
     "sigmoid": _ld(lambda x: 1 / (1 + np.exp(-x))),
     "log_sigmoid": _ld(lambda x: -np.logaddexp(L(0), -x)),
-    "erf": lambda x: _mp(_erf, x),
-    "erfc": lambda x: _mp(_erfc, x),
-    "erfcx": lambda x: _mp(_erfcx, x),
-    "ndtr": lambda x: _mp(_ndtr, x),
-    "log_ndtr": lambda x: _mp(_log_ndtr, x),
+    "erf": lambda x: mp_values(_erf, x),
+    "erfc": lambda x: mp_values(_erfc, x),
+    "erfcx": lambda x: mp_values(_erfcx, x),
+    "ndtr": lambda x: mp_values(_ndtr, x),
+    "log_ndtr": lambda x: mp_values(_log_ndtr, x),
 }
 
 #: where each kernel switches method or its result changes regime (tested densely around)
