@@ -276,11 +276,13 @@ def bench(
 ):
     """Compare pmfast against stock nutpie/pytensor per model: compile time, peak RSS, eval time, parity.
 
-    Compile time and peak RSS: each side in its own subprocess. Eval: a third subprocess times
-    both kernels alternately (CPU time of the timing thread, median of the repeats), so load from
-    other jobs hits both sides alike. Ratios are pmfast/stock (below 1 is better).
+    Compile time and peak RSS: each side in its own subprocess, timing what that side's user waits
+    for: stock is nutpie.compile_pymc_model(model, backend="numba"), pmfast is pmfast.compile(model)
+    (wall seconds; the JSON also has process CPU seconds, forked children included). Eval: a third
+    subprocess times both logp+grad kernels alternately (CPU time of the timing thread, median of
+    the repeats), so load from other jobs hits both sides alike. Ratios are pmfast/stock (below 1 is better).
 
-    Without --cold, compile times include what earlier runs left in the numba caches (the stock side runs first and can warm kernels the pmfast side shares): use --cold to compare compile times.
+    Without --cold, compile times include what earlier runs left in the caches (the stock side runs first and can warm kernels the pmfast side shares): use --cold (an empty pytensor compiledir and numba cache per side) to compare compile times.
     """
     import json
 

@@ -1,6 +1,6 @@
 """pmfast vs stock: compile seconds, peak RSS, logp+grad eval time and parity, one worker process per side.
 
-``python -m pmfast.bench MODEL --passes P --repeats N [--cold]`` is the worker:
+``python -m pmfast.bench MODEL --side stock|pmfast --passes P --repeats N [--cold]`` is the worker:
 it measures one side with :func:`run_side` and prints the result as JSON
 (``--pair``: both sides' eval, alternating, with :func:`interleaved_eval`).
 Kernel times are CPU seconds of the timing thread by default (:data:`CLOCKS`).
@@ -29,7 +29,7 @@ import numpy as np
 MIN_REPEATS = 5
 REPEAT_SECONDS = 0.1
 DEFAULT_MODELS = ("eight_schools_noncentered", "radon_intercept", "poisson_offset")
-RATIOS = {"compile": "compile_s", "rss": "rss_mb", "eval": "eval_us"}
+RATIOS = {"compile": "compile_s", "compile_cpu": "compile_cpu_s", "rss": "rss_mb", "eval": "eval_us"}
 
 #: Where kernels are timed: ``typical`` (default) the initial point plus seeded N(0, POINT_SCALE)
 #: noise on every unconstrained coordinate, ``draw`` draws of a short stock nutpie run
@@ -77,15 +77,19 @@ def njit_loop():
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
-def time_calls(jit_fn, args: tuple, repeats: int = 7, seconds: float = REPEAT_SECONDS, clock: str = "cpu"):
+def time_calls(
+    jit_fn, args: tuple, repeats: int = 7, seconds: float = REPEAT_SECONDS, clock: str = "cpu", njit: bool = True
+):
     """Microseconds per ``jit_fn(*args)`` call for each of ``repeats`` repeats.
 
     Each repeat times a loop of many calls that runs inside numba (falling back
-    to a Python loop if numba can't call ``jit_fn`` as a first-class function),
+    to a Python loop if numba can't call ``jit_fn`` as a first-class function, or if ``njit`` is false),
     on ``clock`` (see :data:`CLOCKS`). Returns ``(times_us, calls_per_repeat, loop_kind)``.
     """
     now = CLOCKS[clock]
     try:
+        if not njit:
+            raise TypeError("a Python loop was asked for")
         loop = njit_loop()
         loop(jit_fn, 1, args)
 
@@ -169,44 +173,91 @@ def interleaved_eval(model_spec: str, passes="all", repeats: int = 7, point: str
     return times
 
 
-def run_side(model_spec: str, passes="all", repeats: int = 7, point: str = "typical") -> dict:
-    """Measure one side in this process: compile (graph + first kernel call), peak RSS, eval, and the
-    values at the first bench point (:func:`bench_points`; parity is compared there)."""
+SIDES = ("stock", "pmfast")
+
+
+def compile_model(model, side: str, passes="all"):
+    """Compile ``model`` as a user of that side does: ``side="stock"`` is stock nutpie's numba backend
+    (``nutpie.compile_pymc_model(model, backend="numba")``), ``"pmfast"`` is :func:`pmfast.compile`
+    with ``passes`` (its C-ABI entry path, what ``pmfast.sample`` and nutpie then run)."""
+    if side == "stock":
+        import nutpie
+
+        return nutpie.compile_pymc_model(model, backend="numba")
+    if side == "pmfast":
+        import pmfast
+
+        return pmfast.compile(model, passes=passes)
+    raise ValueError(f"unknown side {side!r}; expected one of {', '.join(SIDES)}")
+
+
+def process_cpu_s() -> float:
+    """CPU seconds of this process and its waited-for children (pmfast compiles the expand entry in a fork)."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def model_x0(model, compiled) -> np.ndarray:
+    """The raveled initial point (seed 0), value variables in ``model.free_RVs`` order (nutpie's)."""
+    from pymc.initial_point import make_initial_point_fn
+
+    point = make_initial_point_fn(model=model, return_transformed=True)(0)
+    names = [model.rvs_to_values[rv].name for rv in model.free_RVs]
+    x0 = np.concatenate([np.asarray(point[n], dtype="float64").ravel() for n in names])
+    if x0.size != compiled.n_dim:
+        raise BenchError(f"the initial point has {x0.size} values, the compiled model {compiled.n_dim}")
+    return x0
+
+
+def run_side(model_spec: str, passes="all", repeats: int = 7, point: str = "typical", side: str = "pmfast") -> dict:
+    """Measure one side in this process: compile time (wall and CPU, :func:`compile_model`: the model
+    compiled for nutpie as each side's user gets it), peak RSS, and the logp and gradient at the first
+    bench point (:func:`bench_points`; parity is compared there) from the sampler's C callback.
+
+    ``eval_us`` here is that callback called from Python through ctypes (``timing_loop: "ctypes"``:
+    it includes a call overhead of about a microsecond); :func:`compare`'s eval column comes from
+    the interleaved kernels (:func:`interleaved_eval`) instead.
+    """
     import pmfast
+    from pmfast.compiler.callbacks import logp_at
     from pmfast.loading import load_model
 
     if repeats < MIN_REPEATS:
         raise ValueError(f"repeats must be at least {MIN_REPEATS}, got {repeats}")
-    selected = [p.name for p in pmfast.passes.select(passes)]
+    selected = [] if side == "stock" else [p.name for p in pmfast.passes.select(passes)]
     model, _ = load_model(model_spec)
     rss_before = peak_rss_mb()
-    t0 = time.perf_counter()
-    fn, x0 = pmfast.logp_dlogp_function(model, passes)
-    args = pmfast.kernel_args(fn, x0)
-    out = fn.vm.jit_fn(*args)
-    compile_s = time.perf_counter() - t0
+    t0, c0 = time.perf_counter(), process_cpu_s()
+    compiled = compile_model(model, side, passes)
+    compile_s, compile_cpu_s = time.perf_counter() - t0, process_cpu_s() - c0
     rss = peak_rss_mb()
+    x0 = model_x0(model, compiled)
     points = bench_points(x0, point, model=model)
-    times, n, kind = [], 0, ""
+    code, logp, grad = logp_at(compiled, points[0])
+    if code:
+        raise BenchError(f"{model_spec} ({side}): the logp callback returned error code {code} at the first bench point")
+    times, n = [], 0
     for r in range(repeats):
-        t, n, kind = time_calls(fn.vm.jit_fn, pmfast.kernel_args(fn, points[r % len(points)]), 1)
+        x = np.ascontiguousarray(points[r % len(points)])
+        t, n, _ = time_calls(lambda: logp_at(compiled, x), (), 1, njit=False)
         times += t
-    out = fn.vm.jit_fn(*pmfast.kernel_args(fn, points[0]))
     return {
         "model": model_spec,
+        "side": side,
         "passes": selected,
         "n_dim": int(x0.size),
         "compile_s": compile_s,
+        "compile_cpu_s": compile_cpu_s,
         "rss_mb": rss,
         "rss_compile_mb": rss - rss_before,
         "eval_us": statistics.median(times),
         "eval_us_repeats": times,
         "calls_per_repeat": n,
-        "timing_loop": kind,
-        "fired": pmfast.fired(fn),
+        "timing_loop": "ctypes",
+        "fired": pmfast.fired(compiled),
         "point": point,
-        "logp": float(np.asarray(out[0])),
-        "grad": np.asarray(out[1], dtype="float64").ravel().tolist(),
+        "logp": logp,
+        "grad": np.asarray(grad, dtype="float64").ravel().tolist(),
     }
 
 
@@ -221,16 +272,24 @@ def parity(a: dict, b: dict) -> dict:
     return {"logp": float(logp) if np.isfinite(logp) else math.nan, "grad": grad}
 
 
-def _worker(model_spec: str, passes, repeats: int, cold: bool, pair: bool = False, point: str = "typical") -> dict:
+def cold_env(env: dict, cache: str) -> dict:
+    """``env`` for a process on a cold machine: pytensor's compiledir and numba's cache in the empty ``cache``."""
+    flags = [f for f in env.get("PYTENSOR_FLAGS", "").split(",") if f and not f.startswith("base_compiledir=")]
+    return {**env, "NUMBA_CACHE_DIR": cache, "PYTENSOR_FLAGS": ",".join([*flags, f"base_compiledir={cache}"])}
+
+
+def _worker(
+    model_spec: str, passes, repeats: int, cold: bool, pair: bool = False, point: str = "typical", side: str = "pmfast"
+) -> dict:
     selection = passes if isinstance(passes, str) else ",".join(passes) or "none"
     cmd = [sys.executable, "-m", "pmfast.bench", model_spec, "--passes", selection, "--repeats", str(repeats)]
-    cmd += ["--point", point]
+    cmd += ["--point", point, "--side", side]
     if pair:
         cmd.append("--pair")
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="pmfast-numba-") if cold else contextlib.nullcontext() as cache:
         if cold:
-            env["NUMBA_CACHE_DIR"] = cache
+            env = cold_env(env, cache)
             cmd.append("--cold")
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = proc.stdout.strip().splitlines()
@@ -241,16 +300,19 @@ def _worker(model_spec: str, passes, repeats: int, cold: bool, pair: bool = Fals
     if proc.returncode or not isinstance(result, dict) or "error" in result:
         tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
         msg = (result or {}).get("error") if isinstance(result, dict) else None
-        raise BenchError(f"{model_spec} (passes={selection}): {msg or (tail[-1] if tail else 'worker failed')}")
+        raise BenchError(f"{model_spec} ({'pair' if pair else side}, passes={selection}): {msg or (tail[-1] if tail else 'worker failed')}")
     return result
 
 
 def compare(
     model_specs, passes="all", repeats: int = 7, cold: bool = False, progress=None, point: str = "typical"
 ) -> list[dict]:
-    """Per model: stock (``passes="none"``) and pmfast (``passes``) measured in separate worker processes.
+    """Per model: stock and pmfast (``passes``) measured in separate worker processes.
 
-    Compile time, peak RSS and the values at x0 come from one process per side;
+    Compile time (what a user of each side waits for, :func:`compile_model`: stock nutpie's
+    numba ``compile_pymc_model`` against :func:`pmfast.compile`), peak RSS and the values at the
+    first bench point come from one process per side (``cold``: each with an empty pytensor
+    compiledir and numba cache, :func:`cold_env`);
     eval time from a third process that times both sides alternately
     (:func:`interleaved_eval`), at ``point`` (:data:`POINTS`). ``progress(model_spec, stage)`` is called before
     each worker starts. Each result holds both sides (without gradients),
@@ -262,7 +324,7 @@ def compare(
         for side, selection in (("stock", "none"), ("pmfast", passes)):
             if progress is not None:
                 progress(spec, side)
-            sides[side] = _worker(spec, selection, repeats, cold, point=point)
+            sides[side] = _worker(spec, selection, repeats, cold, point=point, side=side)
         if progress is not None:
             progress(spec, "eval, interleaved")
         pair = _worker(spec, passes, repeats, cold=False, pair=True, point=point)
@@ -288,7 +350,7 @@ def geomeans(results: list[dict]) -> dict:
     """Geometric mean over models of each pmfast/stock ratio."""
     out = {}
     for k in RATIOS:
-        values = [r["ratios"][k] for r in results if r["ratios"][k] > 0]
+        values = [r["ratios"][k] for r in results if r["ratios"].get(k, 0) > 0]
         out[k] = math.exp(sum(map(math.log, values)) / len(values)) if values else math.nan
     return out
 
@@ -311,6 +373,7 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--cold", action="store_true", help="use a fresh numba cache (NUMBA_CACHE_DIR)")
     parser.add_argument("--pair", action="store_true", help="time stock and --passes alternately in this process")
+    parser.add_argument("--side", choices=SIDES, default="pmfast", help="compile as stock nutpie or as pmfast.compile")
     parser.add_argument("--point", choices=POINTS, default="typical", help="where kernels are timed")
     ns = parser.parse_args(argv)
     stdout = sys.stdout
@@ -321,7 +384,7 @@ def main(argv=None) -> int:
             if ns.pair:
                 result = interleaved_eval(ns.model, ns.passes, ns.repeats, ns.point)
             else:
-                result = run_side(ns.model, ns.passes, ns.repeats, ns.point)
+                result = run_side(ns.model, ns.passes, ns.repeats, ns.point, ns.side)
     except Exception as exc:
         from pmfast.loading import one_line
 

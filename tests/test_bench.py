@@ -11,8 +11,8 @@ from pmfast import bench
 
 
 KEYS = {
-    "model", "passes", "n_dim", "compile_s", "rss_mb", "rss_compile_mb", "eval_us", "eval_us_repeats",
-    "calls_per_repeat", "timing_loop", "fired", "logp", "grad", "point",
+    "model", "side", "passes", "n_dim", "compile_s", "compile_cpu_s", "rss_mb", "rss_compile_mb", "eval_us",
+    "eval_us_repeats", "calls_per_repeat", "timing_loop", "fired", "logp", "grad", "point",
 }
 
 
@@ -24,14 +24,38 @@ def tiny(tmp_path_factory, tiny_model_source):
 
 
 def test_worker_prints_expected_keys(tiny):
-    cmd = [sys.executable, "-m", "pmfast.bench", tiny, "--passes", "none", "--repeats", "5"]
+    cmd = [sys.executable, "-m", "pmfast.bench", tiny, "--side", "stock", "--passes", "none", "--repeats", "5"]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert set(result) == KEYS
     assert result["n_dim"] == 2 and len(result["grad"]) == 2 and len(result["eval_us_repeats"]) == 5
-    assert result["compile_s"] > 0 and result["rss_mb"] > 0 and result["eval_us"] > 0
-    assert result["timing_loop"] == "njit"
+    assert result["compile_s"] > 0 and result["compile_cpu_s"] > 0 and result["rss_mb"] > 0 and result["eval_us"] > 0
+    assert result["timing_loop"] == "ctypes" and result["side"] == "stock" and result["passes"] == []
     assert result["point"] == "typical"
+
+
+def test_compile_model_is_what_each_sides_user_gets(tiny, monkeypatch):
+    """The compile column times ``nutpie.compile_pymc_model(backend="numba")`` for stock and
+    ``pmfast.compile`` for pmfast, each called once with the model."""
+    import nutpie
+
+    import pmfast
+    from pmfast.loading import load_model
+
+    calls = []
+    monkeypatch.setattr(nutpie, "compile_pymc_model", lambda model, **kw: calls.append(("stock", kw)) or "s")
+    monkeypatch.setattr(pmfast, "compile", lambda model, **kw: calls.append(("pmfast", kw)) or "p")
+    model, _ = load_model(tiny)
+    assert bench.compile_model(model, "stock") == "s" and bench.compile_model(model, "pmfast", "none") == "p"
+    assert calls == [("stock", {"backend": "numba"}), ("pmfast", {"passes": "none"})]
+    with pytest.raises(ValueError, match="unknown side"):
+        bench.compile_model(model, "jax")
+
+
+def test_cold_env_moves_every_cache():
+    env = bench.cold_env({"PYTENSOR_FLAGS": "floatX=float64,base_compiledir=/old", "X": "1"}, "/fresh")
+    assert env["NUMBA_CACHE_DIR"] == "/fresh" and env["X"] == "1"
+    assert env["PYTENSOR_FLAGS"] == "floatX=float64,base_compiledir=/fresh"
 
 
 def test_worker_reports_errors_as_json(tiny):
@@ -42,10 +66,13 @@ def test_worker_reports_errors_as_json(tiny):
     assert "no function 'missing'" in json.loads(proc.stdout.strip().splitlines()[-1])["error"]
 
 
-def test_stock_vs_stock_parity_is_zero(tiny):
-    a, b = bench.run_side(tiny, "none", 5), bench.run_side(tiny, "none", 5)
+def test_sides_agree_through_the_sampler_callback(tiny):
+    """Both sides' values come from the C callback nutpie calls; stock twice is bit-equal, pmfast close."""
+    a, b = bench.run_side(tiny, "none", 5, side="stock"), bench.run_side(tiny, "none", 5, side="stock")
+    c = bench.run_side(tiny, "all", 5, side="pmfast")
     assert np.isfinite(a["logp"]) and np.any(np.asarray(a["grad"]) != 0)
     assert bench.parity(a, b) == {"logp": 0.0, "grad": 0.0}
+    assert max(bench.parity(a, c).values()) < 1e-10
 
 
 def test_parity_is_relative():
@@ -79,7 +106,9 @@ def test_python_fallback_timing_loop():
 
 def test_geomeans():
     results = [{"ratios": {"compile": 2.0, "rss": 1.0, "eval": 0.5}}, {"ratios": {"compile": 8.0, "rss": 1.0, "eval": 2.0}}]
-    assert bench.geomeans(results) == pytest.approx({"compile": 4.0, "rss": 1.0, "eval": 1.0})
+    means = bench.geomeans(results)
+    assert {k: means[k] for k in ("compile", "rss", "eval")} == pytest.approx({"compile": 4.0, "rss": 1.0, "eval": 1.0})
+    assert np.isnan(means["compile_cpu"])
 
 
 def test_pair_worker_times_both_sides_alternately(tiny):

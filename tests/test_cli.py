@@ -181,7 +181,8 @@ def test_bench_json(tiny, tmp_path):
         assert len(r[side]["eval_us_repeats"]) == 5
     assert r["stock"]["passes"] == []
     assert r["parity"]["logp"] < 1e-8 and r["parity"]["grad"] < 1e-8
-    assert set(r["ratios"]) == set(data["geomean"]) == {"compile", "rss", "eval"}
+    assert set(r["ratios"]) == set(data["geomean"]) == {"compile", "compile_cpu", "rss", "eval"}
+    assert r["stock"]["side"] == "stock" and r["pmfast"]["side"] == "pmfast" and r["stock"]["compile_cpu_s"] > 0
 
 
 def test_bench_table_shows_specs_whole_in_80_columns():

@@ -113,7 +113,7 @@ def test_layouts_broadcasting_and_specials(case):
         "two outputs": ([v], [pt.exp(v).sum(), pt.exp(v) * 2], [RNG.normal(size=99)]),
         "int input": ([i], pt.exp(i), [np.arange(-5, 5)]),
         "special values": ([v], [pt.exp(v), pt.log(v), pt.sigmoid(v), pt.erfc(v)],
-                           [np.array([np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, 1e308, -800.0, 800.0])]),
+                           [np.tile([np.nan, np.inf, -np.inf, 0.0, -0.0, 5e-324, 1e308, -800.0, 800.0], 4)]),
     }[case]
     stock, fast = compile_pair(ins, outs)
     if case != "int input":
@@ -124,6 +124,70 @@ def test_layouts_broadcasting_and_specials(case):
 
 def _list(r):
     return r if isinstance(r, list) else [r]
+
+
+@pytest.fixture(scope="module")
+def erf_map():
+    return compile_pair([v], pt.erf(v) * v)
+
+
+@numba.njit
+def _kernel_erf_times(xs):
+    out = np.empty_like(xs)
+    for k in range(xs.size):
+        out[k] = vm.erf(xs[k]) * xs[k]
+    return out
+
+
+def test_short_erf_loops_run_stocks_loop(erf_map):
+    """An erf loop of unknown length runs stock's libm loop below its crossover (stock's values bit
+    for bit) and the vmath loop from it on (the kernel's values bit for bit)."""
+    from pmfast.vmath.elemwise import libm_below
+
+    stock, fast = erf_map
+    (node,) = vmath_nodes(fast)
+    below = libm_below(node.op.scalar_op)
+    assert 8 < below < 1000
+    for n in (0, 1, 7, below - 1, below, below + 9, 1001):
+        w = RNG.uniform(-3, 3, n)
+        if n < below:
+            assert np.array_equal(fast(w), stock(w))
+        else:
+            assert np.array_equal(fast(w), _kernel_erf_times(w))
+
+
+def test_short_static_erf_and_scalar_bodies_keep_libm():
+    """Declined: an erf loop of static length below the crossover, and bodies that call a libm
+    function vmath lacks (their loop cannot vectorize). Converted: exp at that static length."""
+    from pmfast.vmath.elemwise import libm_below, vectorizable
+
+    short = pt.tensor("w20", dtype="float64", shape=(20,))
+    assert not vmath_nodes(compile_pair([short], pt.erf(short) * 2)[1])
+    assert vmath_nodes(compile_pair([short], pt.exp(short) * 2)[1])
+    for scalar_call in (pt.arctan(v), pt.gammaln(pt.abs(v) + 1), v ** 2.5):
+        stock, fast = compile_pair([v], pt.exp(v) + scalar_call)
+        assert not vmath_nodes(fast) and pmfast.fired(fast) == {}
+    from pmfast.vmath.ops import vmath_scalar_op
+
+    a = ps.float64("a")
+    body = Composite([a], [ps.exp(a) * 2 + ps.sqrt(ps.abs(a))])
+    assert not vectorizable(body)  # libm's exp
+    assert vectorizable(vmath_scalar_op(body, ["float64"], ["float64"]))
+    body = vmath_scalar_op(Composite([a], [ps.exp(a) + ps.arctan(a)]), ["float64"], ["float64"])
+    assert not vectorizable(body) and libm_below(body) == np.inf
+
+
+def test_libm_scalar_op_inverts_the_conversion():
+    from pmfast.vmath.ops import libm_scalar_op, vmath_scalar_op
+
+    import pytensor.scalar.math as psm
+
+    a, b = ps.float64("a"), ps.float64("b")
+    inner = Composite([a], [psm.erfc(a) * 2])
+    body = Composite([a, b], [ps.log1p(ps.exp(a)) + inner(b), psm.sigmoid(b)])
+    converted = vmath_scalar_op(body, ["float64"] * 2, ["float64"] * 2)
+    assert contains_vmath(converted) and not contains_vmath(libm_scalar_op(converted))
+    assert libm_scalar_op(converted) == body and libm_scalar_op(body) is body
 
 
 def test_runtime_broadcasting_refused_like_stock():

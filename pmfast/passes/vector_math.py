@@ -18,8 +18,11 @@ branch-free pmfast.vmath kernel, which LLVM inlines and widens. Matched:
 
 Elemwise nodes become :class:`~pmfast.vmath.elemwise.VmathElemwise`, lowered like
 stock but with the body inlined into the loop and the inputs made contiguous,
-without which the loop does not vectorize (a call per element, or strided loads);
-those of static size below :data:`MIN_STATIC_SIZE` (scalars, 8 schools) keep libm.
+without which the loop does not vectorize (a call per element, or strided loads).
+Short loops keep libm, where it is faster than a widened loop that runs mostly in its scalar
+remainder: nodes of static size below :data:`MIN_STATIC_SIZE` or the body's crossover
+(:func:`~pmfast.vmath.elemwise.libm_below`) are declined here; a node whose size is not static (``pm.Data``, which users
+resize) is converted and its loop branches to stock's libm loop below that size at run time.
 
 Safe because each kernel computes the same function within 2 ulp (the table
 in docs/vmath.md), with the same special values; only float64 ops are
@@ -43,8 +46,9 @@ from pmfast.passes.rewriting import PassRewriter
 _log = logging.getLogger(__name__)
 
 PASS_NAME = "vector_math"
-#: Elemwise nodes whose static size is below this keep libm: too short to fill a vector,
-#: and one element at a time libm is faster (eight_schools: 1.14x stock with, 1.0x without)
+#: Elemwise nodes whose static size is below this keep libm (or below the body's
+#: :func:`~pmfast.vmath.elemwise.libm_below`, if larger): eight_schools' 8-element loops were
+#: 1.14x stock converted, 1.0x not
 MIN_STATIC_SIZE = 16
 
 
@@ -54,13 +58,17 @@ def converted_op(node):
 
     op = node.op
     if isinstance(op, Elemwise):
-        from pmfast.vmath.elemwise import VmathElemwise
+        from pmfast.vmath import elemwise
 
-        shape = node.outputs[0].type.shape
-        if isinstance(op, VmathElemwise) or (None not in shape and math.prod(shape) < MIN_STATIC_SIZE):
+        if isinstance(op, elemwise.VmathElemwise):
             return None
         new = vmath_scalar_op(op.scalar_op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs])
-        return None if new is None else VmathElemwise(new, inplace_pattern=op.inplace_pattern)
+        if new is None:
+            return None
+        shape, below = node.outputs[0].type.shape, elemwise.libm_below(new)  # inf: libm at any length
+        if below == math.inf or (None not in shape and math.prod(shape) < max(MIN_STATIC_SIZE, below)):
+            return None
+        return elemwise.VmathElemwise(new, inplace_pattern=op.inplace_pattern)
     if not getattr(op, "vectorizes_scalar_body", False):
         return None
     props = op._props_dict()

@@ -20,6 +20,7 @@ inlined would depend on the order things were compiled in.
 
 from __future__ import annotations
 
+import math
 from hashlib import sha256
 from textwrap import indent
 
@@ -27,14 +28,56 @@ import numpy as np
 from pytensor.tensor.elemwise import Elemwise
 
 from pmfast.vmath import VERSION
+from pmfast.vmath.ops import kernels, libm_scalar_op
 
 #: Part of the numba cache key; bump when this lowering changes.
-LOWERING_VERSION = 8
+LOWERING_VERSION = 9
 #: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
 INLINE_BODY = True
 CONTIGUOUS_INPUTS = True
 #: ndim >= 2 loops whose last axis is shorter than this run flattened (see :func:`_impl_source`)
 FLAT_BELOW = 16
+#: kernel -> loops over fewer elements than this run stock's libm loop instead, if the body calls
+#: that kernel (decided at run time when the size is not static; ``vector_math`` declines nodes whose
+#: static size is below it). LLVM widens the vmath loop 8 doubles at a time; the n mod 8 elements
+#: left run in its scalar remainder, where an inlined erf is twice libm's cost (22 vs 12 ns), so
+#: a short erf loop loses (31 elements: erf 1.11x, erfc 1.42x stock). The other kernels win from
+#: 4 elements on (0.5-0.85x): stock's loop calls its body per element. Measured by
+#: bench/vmath_crossover.py (docs/vmath.md); an empty dict: always the vmath loop.
+LIBM_BELOW = {"erf": 32, "erfc": 32}
+
+
+def libm_below(scalar_op) -> float:
+    """Below how many elements a loop of ``scalar_op`` (a vmath body) is faster with libm (:data:`LIBM_BELOW`).
+
+    Infinite for a body that calls such a kernel but cannot vectorize (:func:`vectorizable`): its
+    loop runs one element at a time at any length.
+    """
+    below = max((LIBM_BELOW.get(k, 0) for k in kernels(scalar_op)), default=0)
+    return below if vectorizable(scalar_op) else math.inf
+
+
+def _vectorizable_ops() -> tuple[type, ...]:
+    import pytensor.scalar.basic as ps
+
+    names = ("Add", "Sub", "Mul", "TrueDiv", "Neg", "Abs", "Sqr", "Sqrt", "Reciprocal", "Maximum", "Minimum",
+             "Switch", "LT", "GT", "LE", "GE", "EQ", "NEQ", "AND", "OR", "XOR", "Invert", "Cast", "Identity",
+             "Second", "Sign", "Floor", "Ceil", "Trunc", "IsNan", "IsInf", "Clip")
+    return tuple(getattr(ps, n) for n in names if hasattr(ps, n))
+
+
+def vectorizable(scalar_op) -> bool:
+    """Whether a loop of ``scalar_op`` can vectorize: its body (a Composite's inner graph, recursively)
+    is arithmetic, comparisons, selects, casts, LLVM intrinsics that widen (sqrt, floor...) and vmath
+    kernels only. Any other op (``arctan``, ``gammaln``, ``pow``, ``psi``...) is a libm or scipy call
+    per element, which keeps LLVM from widening the loop."""
+    from pytensor.scalar.basic import Composite
+
+    from pmfast.vmath.ops import VmathOp
+
+    if isinstance(scalar_op, Composite):
+        return all(vectorizable(n.op) for n in scalar_op.fgraph.apply_nodes)
+    return isinstance(scalar_op, (VmathOp, *_vectorizable_ops()))
 
 
 class VmathElemwise(Elemwise):
@@ -88,8 +131,12 @@ def _inlined_store(core_fn, nin: int, nout: int):
     return numba_basic.numba_njit(fn, forceinline=True)
 
 
-def _impl_source(node, contiguous: bool, flat_below: int, layouts) -> str:
+def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: int = 0) -> str:
     """Source of ``impl(*inputs)``, the loop: pytensor's ``_vectorized`` on the inputs.
+
+    ``libm_below``: when the output has fewer elements than this at run time, ``impl`` returns
+    stock's loop (``libm_store``, the libm scalar body, on the inputs as given): stock's values
+    exactly. Only emitted when the output's size is not static.
 
     ``contiguous``: inputs not typed C-contiguous (``layouts``: numba's layout of each
     input) go through ``np.ascontiguousarray`` (a view when they are at run time, else a
@@ -112,11 +159,21 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts) -> str:
     nin, nout = len(node.inputs), len(node.outputs)
     ndim = node.outputs[0].type.ndim
     lines = ["def impl(*inputs):"]
+    loop = "_vectorized({}, {}, {}, dtypes_enc, inplace_enc, True, (), ({}), core_shapes, None)"
+    if libm_below and ndim and None in node.outputs[0].type.shape:
+        sizes = []
+        for d in range(ndim):
+            srcs = [k for k, i in enumerate(node.inputs) if not i.type.broadcastable[d]]
+            if srcs:  # every non-broadcastable input has the output's length (no runtime broadcasting)
+                sizes.append(f"inputs[{srcs[0]}].shape[{d}]")
+        raw = "".join(f"inputs[{k}], " for k in range(nin))
+        lines += [f"    if {' * '.join(sizes) or '1'} < {int(libm_below)}:",
+                  f"        return {loop.format('libm_store', 'in_bc_enc', 'out_bc_enc', raw)}"]
+    loop = loop.format("store", "{}", "{}", "{}")
     for k, i in enumerate(node.inputs):
         wrap = contiguous and i.type.ndim and layouts[k] != "C"
         lines.append(f"    a{k} = np.ascontiguousarray(inputs[{k}])" if wrap else f"    a{k} = inputs[{k}]")
     args = "".join(f"a{k}, " for k in range(nin))
-    loop = "_vectorized(store, {}, {}, dtypes_enc, inplace_enc, True, (), ({}), core_shapes, None)"
     last = node.outputs[0].type.shape[-1] if ndim else None
     flat = ndim >= 2 and flat_below and (last is None or last < flat_below)
     if flat:
@@ -159,7 +216,11 @@ def _register_numba() -> None:
     def numba_funcify_VmathElemwise(op, node, **kwargs):
         scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
         nin, nout = len(node.inputs), len(node.outputs)
-        inline, contiguous_inputs = INLINE_BODY, CONTIGUOUS_INPUTS
+        inline, contiguous_inputs, below = INLINE_BODY, CONTIGUOUS_INPUTS, libm_below(op.scalar_op)
+        libm_op = libm_scalar_op(op.scalar_op)
+        libm_fn, libm_key = numba_funcify_and_cache_key(
+            libm_op, node=libm_op.make_node(*scalar_node.inputs), **kwargs
+        )  # stock's scalar body and store: stock's loop below libm_below
         if inline:
             scalar_fn, scalar_key = inlined_body(op.scalar_op, scalar_node, **kwargs)
             store = _inlined_store(scalar_fn, nin, nout)
@@ -188,18 +249,19 @@ def _register_numba() -> None:
         flat_bc_enc, flat_out_bc_enc = encode_literals(((False,),) * nin), encode_literals(((False,),) * nout)
         env = {"np": np, "_vectorized": _vectorized, "store": store, "in_bc_enc": in_bc_enc, "out_bc_enc": out_bc_enc,
                "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc, "core_shapes": core_shapes,
-               "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc}
+               "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc,
+               "libm_store": store_core_outputs(libm_fn, nin=nin, nout=nout)}
 
         @overload(elemwise)
         def ov_elemwise(*inputs):
             layouts = [getattr(t, "layout", None) for t in inputs]
-            src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0, layouts)
+            src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0, layouts, below)
             return compile_numba_function_src(src, "impl", dict(env))
 
-        if scalar_key is None:
+        if scalar_key is None or libm_key is None:
             return elemwise, None
-        key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs, FLAT_BELOW,
-               tuple(op.inplace_pattern.items()), in_bc, scalar_key)
+        key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs, FLAT_BELOW, below,
+               libm_key, tuple(op.inplace_pattern.items()), in_bc, node.outputs[0].type.shape, scalar_key)
         return elemwise, sha256(str(key).encode()).hexdigest()
 
 

@@ -88,6 +88,34 @@ def vmath_scalar_op(op, in_dtypes, out_dtypes):
     return Composite([mapping[v] for v in inner.inputs], [mapping[v] for v in inner.outputs])
 
 
+#: vmath subclass -> the stock scalar op type it replaces
+STOCK: dict[type, type] = {v: k for k, v in SUBSTITUTES.items()}
+
+
+def libm_scalar_op(op):
+    """``op`` with every vmath op back to its stock (libm) op: the inverse of :func:`vmath_scalar_op`."""
+    if isinstance(op, VmathOp):
+        stock = STOCK[type(op)]
+        return stock(op.output_types_preference, name=stock.__name__.lower())
+    if not (isinstance(op, Composite) and contains_vmath(op)):
+        return op
+    inner = op.fgraph
+    mapping = {v: v.type() for v in inner.inputs}
+    for node in inner.toposort():
+        new_node = libm_scalar_op(node.op).make_node(*[mapping.get(i, i) for i in node.inputs])
+        mapping.update(zip(node.outputs, new_node.outputs, strict=True))
+    return Composite([mapping[v] for v in inner.inputs], [mapping[v] for v in inner.outputs])
+
+
+def kernels(op) -> set[str]:
+    """Names of the vmath kernels the scalar op (a Composite's inner graph, recursively) calls."""
+    if isinstance(op, VmathOp):
+        return {op.kernel}
+    if isinstance(op, Composite):
+        return set().union(*(kernels(n.op) for n in op.fgraph.apply_nodes))
+    return set()
+
+
 def contains_vmath(op) -> bool:
     """Whether the scalar op is (or a Composite contains) a vmath op."""
     if isinstance(op, VmathOp):
