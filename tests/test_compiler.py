@@ -326,3 +326,31 @@ def test_cached_elemwise_code_tells_constants_apart():
     for c in (2.0, 3.0, 2.5):
         (fn, _) = both([x], pt.exp(x * c) + 1.0)
         np.testing.assert_allclose(fn(values), np.exp(values * c) + 1.0, rtol=1e-15)
+
+
+def test_cheap_frameinfo_names_the_caller_and_validation_still_raises():
+    import sys
+
+    from pytensor.graph import features
+    from pytensor.graph.fg import FunctionGraph
+
+    from pmfast.compiler import frames
+
+    frames.install()
+
+    def replace_all_validate():
+        return features.inspect.getframeinfo(sys._getframe())
+
+    info = replace_all_validate()
+    assert (info.function, info.code_context) == ("replace_all_validate", None)
+
+    class Refuse(features.Feature):
+        def validate(self, fgraph):
+            raise features.InconsistencyError("refused")
+
+    x = pt.dvector("x")
+    fg = FunctionGraph([x], [x * 2], clone=False)
+    fg.attach_feature(features.ReplaceValidate())
+    fg.attach_feature(Refuse())
+    with pytest.raises(features.InconsistencyError, match="refused"):
+        fg.validate()
