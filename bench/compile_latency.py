@@ -1,7 +1,7 @@
 """Compile latency, pmfast vs stock nutpie, every measurement in a fresh process.
 
     python bench/compile_latency.py [MODELS...] [--scenarios cold,used,warm,plugin,firstrun]
-                                    [--repeats 2] [--warm 3] [--json FILE]
+                                    [--repeats 2] [--warm 3] [--sides stock,pmfast] [--json FILE]
 
 Scenarios (each side of each run is its own process; seconds exclude imports
 and model building unless stated):
@@ -151,6 +151,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=2, help="runs per side for cold, used, plugin and firstrun")
     ap.add_argument("--warm", type=int, default=3, help="warm processes per side")
     ap.add_argument("--json")
+    ap.add_argument("--sides", default="stock,pmfast", help="sides for cold and warm (e.g. pmfast alone)")
     ap.add_argument("--ref-python", help="also time pmfast.compile of a reference install (side 'ref': cold, warm)")
     ap.add_argument("--worker", nargs="+", metavar="ARG")
     args = ap.parse_args(argv)
@@ -159,7 +160,7 @@ def main(argv=None) -> None:
         print(json.dumps(worker(task, side, specs)))
         return
     scenarios = args.scenarios.split(",")
-    sides = ("stock", "pmfast", "ref") if args.ref_python else ("stock", "pmfast")
+    sides = (*args.sides.split(","), "ref") if args.ref_python else tuple(args.sides.split(","))
     if args.ref_python:
         PYTHONS["ref"] = args.ref_python
     results: dict = {"models": args.models, "scenarios": scenarios, "sides": sides, "rows": {}}
@@ -183,9 +184,10 @@ def main(argv=None) -> None:
                         dirs[side] = d
                     row[f"cold_{side}"] = cold
                     print(f"{spec:<28}cold  {side:<7}{_fmt(cold)}", flush=True)
-                row["cold_ratio"] = _median(row["cold_pmfast"]) / _median(row["cold_stock"])
-                row["cold_ratio_cpu"] = _median(row["cold_pmfast"], "cpu_s") / _median(row["cold_stock"], "cpu_s")
-                print(f"{spec:<28}cold  ratio  {row['cold_ratio']:.2f} (cpu {row['cold_ratio_cpu']:.2f})", flush=True)
+                if "cold_stock" in row and "cold_pmfast" in row:
+                    row["cold_ratio"] = _median(row["cold_pmfast"]) / _median(row["cold_stock"])
+                    row["cold_ratio_cpu"] = _median(row["cold_pmfast"], "cpu_s") / _median(row["cold_stock"], "cpu_s")
+                    print(f"{spec:<28}cold  ratio  {row['cold_ratio']:.2f} (cpu {row['cold_ratio_cpu']:.2f})", flush=True)
             if "warm" in scenarios:
                 for side in sides:
                     row[f"warm_{side}"] = [run("compile", side, [spec], dirs[side]) for _ in range(args.warm)]

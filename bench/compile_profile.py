@@ -180,7 +180,7 @@ def main(argv=None):
         return
     with tempfile.TemporaryDirectory(prefix="pmfast-profile-") as d:
         cache = args.cache or d
-        env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": os.path.join(cache, "numba-own")}
+        env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": os.path.join(cache, "numba-cache")}
         cmd = [sys.executable, __file__, args.model, "--side", args.side, "--passes", args.passes, "--top", str(args.top), "--worker"]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode:

@@ -41,7 +41,10 @@ def get_mode(passes: PassSelection = "all"):
         from pmfast.linker import ChunkedNumbaLinker
 
         linker = ChunkedNumbaLinker()
-    return Mode(linker, RewriteDatabaseQuery(include=["fast_run", "numba", *tags]))
+    # local_usmm fuses sparse products into a C-only op; its pattern's constraint reads
+    # config.blas__ldflags, which probes the C compiler (~0.3 s per process) on dense graphs too
+    exclude = ["local_usmm"] if selected else []
+    return Mode(linker, RewriteDatabaseQuery(include=["fast_run", "numba", *tags], exclude=exclude))
 
 
 _enabled: list[str] = []

@@ -15,6 +15,7 @@ import functools
 import sys
 import threading
 import time
+import types
 from dataclasses import dataclass, field
 from functools import wraps
 
@@ -123,17 +124,29 @@ def _python_vm():
     per chain and needs no C VM: while it compiles, that import fails and
     pytensor falls back to its Python VM (as it does without a C compiler).
     Nothing changes if the C VM is already loaded.
+
+    The VM also imports ``MissingGXX`` from ``pytensor.link.c.exceptions``,
+    which imports setuptools (~70 ms); meanwhile a stand-in module defines
+    the two exception classes, and the real module is importable again after.
     """
-    name = "pytensor.link.c.cvm"
+    name, errors = "pytensor.link.c.cvm", "pytensor.link.c.exceptions"
     if name in sys.modules:
         yield
         return
     sys.modules[name] = None
+    stand_in = None
+    if errors not in sys.modules:
+        stand_in = types.ModuleType(errors)
+        stand_in.MissingGXX = type("MissingGXX", (Exception,), {"__module__": errors})
+        stand_in.CompileError = type("CompileError", (Exception,), {"__module__": errors})
+        sys.modules[errors] = stand_in
     try:
         yield
     finally:
         if sys.modules.get(name, "missing") is None:
             del sys.modules[name]
+        if stand_in is not None and sys.modules.get(errors) is stand_in:
+            del sys.modules[errors]
 
 
 def _compile_numba(

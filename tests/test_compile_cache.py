@@ -127,33 +127,42 @@ def test_entry_keys_follow_versions(monkeypatch):
             assert entry.entry_key(spec, "src", "graph", {}) != key
 
 
-REPEAT_SCRIPT = textwrap.dedent(
+DRAWS_SCRIPT = textwrap.dedent(
     """
-    import json
-    import numpy as np
+    import json, sys
     import nutpie
     import pmfast
     from pmfast.models import radon_data
 
+    sys.path.insert(0, {tests!r})
     model = radon_data.build_model(n_obs=200, n_counties=12)
-    mus = []
-    for _ in range(3):  # the first compile finds an empty cache, the next ones what it left
-        compiled = pmfast.compile(model)
-        idata = nutpie.sample(compiled, draws=150, tune=150, chains=1, seed=7, progress_bar=False)
-        mus.append(idata.posterior["mu_a"].values.ravel().tolist())
-    print(json.dumps(mus))
+    if sys.argv[1] == "used":
+        # what a used machine holds: another model's compile, and this model's graph evaluated
+        # as a plain pytensor function (its node functions compiled and cached on their own)
+        from conftest import hierarchical_model
+
+        pmfast.compile(hierarchical_model(n_groups=5))
+        fn, x0 = pmfast.logp_dlogp_function(model)
+        fn(x0)
+    compiled = pmfast.compile(model)
+    idata = nutpie.sample(compiled, draws=150, tune=150, chains=1, seed=7, progress_bar=False)
+    print(json.dumps(idata.posterior["mu_a"].values.ravel().tolist()))
     """
 )
 
 
 def test_same_draws_whatever_the_cache_held(tmp_path):
-    """One model compiled into an empty cache and again into the cache that compile filled gives
-    the same draws for one seed: what an entry inlines never depends on the cache (inlined code
-    can round differently, and 300 NUTS steps amplify a difference in the last bit)."""
-    path = tmp_path / "repeat.py"
-    path.write_text(REPEAT_SCRIPT)
-    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cache'}", "PMFAST_PARALLEL_COMPILE": "0"}
-    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=tmp_path)
-    assert out.returncode == 0, out.stderr[-2000:]
-    first, *later = json.loads(out.stdout.strip().splitlines()[-1])
-    assert all(mu == first for mu in later)
+    """One model and seed give the same draws compiled into an empty cache and into a used one
+    (other processes, other caches). The used cache holds the model's node functions compiled on
+    their own: an entry that called those instead of inlining them (the inline choice once
+    depended on the cache) rounded differently, and 300 NUTS steps amplify the last bit."""
+    path = tmp_path / "draws.py"
+    path.write_text(DRAWS_SCRIPT.format(tests=os.path.dirname(__file__)))
+    procs = []
+    for kind in ("empty", "used"):
+        cache = tmp_path / kind
+        env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": str(cache / "numba")}
+        procs.append(subprocess.Popen([sys.executable, str(path), kind], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path))
+    empty, used = (finish(p) for p in procs)
+    assert len(empty) == 150
+    assert used == empty

@@ -152,6 +152,48 @@ def test_specify_shape_message_matches_stock():
     assert messages[0] == messages[1] == "SpecifyShape: dim 0 of input has shape 4, expected 3."
 
 
+def _split_fns(ndim, axis, n):
+    x, sizes = pt.tensor("x", shape=(None,) * ndim), pt.lvector("sizes")
+    ours, stock = both([x, sizes], [p * 1.0 for p in pt.split(x, sizes, n_splits=n, axis=axis)])
+    assert "Split" in op_names(ours)
+    return ours, stock
+
+
+@settings(max_examples=12, deadline=None)
+@given(data=st.data())
+def test_split_matches_stock(data):
+    ndim = data.draw(st.integers(1, 3))
+    axis = data.draw(st.integers(-ndim, ndim - 1))
+    sizes = data.draw(st.lists(st.integers(0, 3), min_size=2, max_size=4))
+    shape = [data.draw(st.integers(0, 3)) for _ in range(ndim)]
+    shape[axis] = sum(sizes)
+    ours, stock = _split_fns(ndim, axis, len(sizes))
+    value = np.arange(np.prod(shape), dtype="float64").reshape(shape)
+    for a, b in zip(ours(value, np.array(sizes)), stock(value, np.array(sizes)), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_split_errors_match_stock():
+    ours, stock = _split_fns(2, 1, 3)
+    for sizes, message in (([1, 1, 1], "Split sizes sum to 3; expected 4"), ([3, -1, 2], "Split sizes cannot be negative")):
+        messages = []
+        for fn in (ours, stock):
+            with pytest.raises(ValueError) as err:
+                fn(np.ones((2, 4)), np.array(sizes))
+            messages.append(str(err.value).splitlines()[0])
+        assert messages == [message, message]
+
+
+def test_split_declines_a_runtime_axis():
+    from pmfast.compiler import split
+
+    x, sizes, axis = pt.dvector("x"), pt.lvector("sizes"), pt.lscalar("axis")
+    node = pt.split(x, sizes, n_splits=2, axis=axis)[0].owner
+    assert split.funcify(node.op, node) is None
+    const = pt.split(x, sizes, n_splits=2, axis=-1)[0].owner
+    assert split.split_axis(const) == 0
+
+
 def test_elemwise_multi_output_broadcast_and_inplace_match_stock():
     x, y = pt.dmatrix("x"), pt.drow("y")
     k = pt.lvector("k")
@@ -284,3 +326,31 @@ def test_cached_elemwise_code_tells_constants_apart():
     for c in (2.0, 3.0, 2.5):
         (fn, _) = both([x], pt.exp(x * c) + 1.0)
         np.testing.assert_allclose(fn(values), np.exp(values * c) + 1.0, rtol=1e-15)
+
+
+def test_cheap_frameinfo_names_the_caller_and_validation_still_raises():
+    import sys
+
+    from pytensor.graph import features
+    from pytensor.graph.fg import FunctionGraph
+
+    from pmfast.compiler import frames
+
+    frames.install()
+
+    def replace_all_validate():
+        return features.inspect.getframeinfo(sys._getframe())
+
+    info = replace_all_validate()
+    assert (info.function, info.code_context) == ("replace_all_validate", None)
+
+    class Refuse(features.Feature):
+        def validate(self, fgraph):
+            raise features.InconsistencyError("refused")
+
+    x = pt.dvector("x")
+    fg = FunctionGraph([x], [x * 2], clone=False)
+    fg.attach_feature(features.ReplaceValidate())
+    fg.attach_feature(Refuse())
+    with pytest.raises(features.InconsistencyError, match="refused"):
+        fg.validate()

@@ -3,6 +3,7 @@
 import inspect
 
 import nutpie
+import pytest
 from nutpie import compile_pymc
 
 from pmfast import nutpie_glue
@@ -92,3 +93,27 @@ def test_with_data_of_another_length_samples():
     idata = nutpie.sample(swapped, draws=200, tune=200, chains=1, seed=1, progress_bar=False)
     assert abs(float(idata.posterior["b"].mean()) + 3.0) < 0.05
     assert callbacks.logp_at(compiled, point)[1] != logp  # the original keeps its own data
+
+
+def test_python_vm_stands_in_for_the_c_exceptions_module_and_restores_it():
+    import importlib
+    import sys
+
+    name = "pytensor.link.c.exceptions"
+    saved = [sys.modules.pop(m) for m in ("pytensor.link.c.cvm", name) if m in sys.modules]
+    try:
+        with nutpie_glue._python_vm():
+            from pytensor.link.c.exceptions import MissingGXX
+
+            assert not hasattr(sys.modules[name], "__file__")  # the stand-in, not the setuptools import
+            assert issubclass(MissingGXX, Exception)
+            with pytest.raises(ImportError):
+                import pytensor.link.c.cvm  # noqa: F401  (blocked: pytensor falls back to its Python VM)
+    finally:
+        assert name not in sys.modules or hasattr(sys.modules[name], "__file__")
+        real = importlib.import_module(name)
+        from setuptools.errors import CompileError
+
+        assert issubclass(real.CompileError, CompileError)
+        for m in saved:
+            sys.modules[m.__name__] = m

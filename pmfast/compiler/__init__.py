@@ -17,13 +17,15 @@ A compile (``pmfast.compile`` → :func:`pmfast.nutpie_glue.compile_numba`):
 :mod:`~pmfast.compiler.overloads` swaps numba generic code that every new
 process would otherwise compile for cheaper equivalents;
 :mod:`~pmfast.compiler.cache` makes unreadable cache entries misses.
-:func:`setup` installs both (once per process).
+:mod:`~pmfast.compiler.frames` makes pytensor's failed graph validations
+cheap. :func:`setup` installs all three (once per process).
 """
 
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import cache, overloads
+    from pmfast.compiler import cache, frames, overloads
 
     overloads.install()
     cache.install()
+    frames.install()

@@ -331,6 +331,7 @@ def _dot_kind(node):
 
 def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
+    from pytensor.tensor.basic import Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
     from pytensor.tensor.math import Dot
     from pytensor.tensor.shape import SpecifyShape
@@ -347,6 +348,10 @@ def funcify_and_cache_key(op, node):
         return _dimshuffle(op, node)
     if type(op) is Dot and _dot_kind(node) is not None:
         return _dot(op, node)
+    if type(op) is Split:
+        from pmfast.compiler import split
+
+        return split.funcify(op, node)
     return None
 
 
