@@ -162,13 +162,17 @@ def _elemwise(op, node):
     scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
     scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node)
     src, env = _vectorized_source(op, node, scalar_fn, scalar_key)
+    # the loop's literals are globals, not source: the key must name them. The
+    # inplace pattern is in no other part of it, and an in-place loop run for a
+    # node that is not in-place overwrites an input its graph reads again
+    literals = tuple(env[name] for name in ("IBC", "OBC", "ODT", "INPLACE"))
     env.update(__name__=__name__, _pm_empty=native.empty)
     py_func = compile_numba_function_src(src.split("\n# core:\n")[0], "elemwise", env, env)
     fn = numba_njit(py_func)
     key = None
     if scalar_key is not None:
         types_ = [(v.type.dtype, v.type.broadcastable) for v in (*node.inputs, *node.outputs)]
-        key = "pmfast_elemwise_" + hashlib.sha256(repr((VERSION, types_, scalar_key, src)).encode()).hexdigest()
+        key = "pmfast_elemwise_" + hashlib.sha256(repr((VERSION, types_, literals, scalar_key, src)).encode()).hexdigest()
     return fn, key
 
 
@@ -340,9 +344,7 @@ def funcify_and_cache_key(op, node):
         return None
     if isinstance(op, SpecifyShape):
         return _specify_shape(op, node)
-    if type(op) is Elemwise and not op.inplace_pattern:
-        # in-place Elemwise keep pytensor's lowering: pmfast's in-place core computed wrong
-        # values inside a Scan's inner graph (tests/test_scan_dedup.py, mixed_kinds)
+    if type(op) is Elemwise:
         return _elemwise(op, node)
     if type(op) is DimShuffle:
         return _dimshuffle(op, node)
