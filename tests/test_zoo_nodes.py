@@ -100,11 +100,16 @@ def test_no_more_nodes_than_stock(name):
 
 
 def test_golf_putting_keeps_stocks_graph():
-    """The erf of pm.Data distances: +57 nodes of broadcast assertions before #12, and no pass fires."""
+    """The erf of pm.Data distances: +57 nodes of broadcast assertions before #12; only ``scalarize``
+    (the scalar parameters' gradient pieces as 0-d work: fewer nodes) changes the graph."""
     stock, fast = _graphs("golf_putting")
-    assert set(pmfast.fired(fast)) <= SUBSTITUTIONS
+    fired = set(pmfast.fired(fast))
+    assert fired <= SUBSTITUTIONS | {"scalarize"}
     assert not any(type(n.op).__name__ in ("Assert", "CheckAndRaise") for n in fast.maker.fgraph.apply_nodes)
-    assert same_graph(fast, stock)
+    if "scalarize" in fired:
+        assert len(fast.maker.fgraph.apply_nodes) < len(stock.maker.fgraph.apply_nodes)
+    else:
+        assert same_graph(fast, stock)
 
 
 def test_signature_tells_graphs_apart():

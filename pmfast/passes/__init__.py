@@ -18,7 +18,10 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              put the checks and the terms they guard in one Composite
                              (only where it adds no node or a gather loop pays for it);
                              sigmoid(x) >= 0 / <= 1 -> ~isnan(x)
+  * 48.6   scalarize         Elemwise on one-element arrays (scalar parameters' gradient
+                             pieces) as 0-d Elemwise, so fusion merges them with the priors
     49     elemwise_fusion   (builds the Composites the next passes work on)
+  * 49.05  scalarize         independent 0-d Elemwise merged into one Composite
   * 49.15  wide_split        wide Add/Mul/Join/… into ≤ 30-argument pieces; a wide
                              Composite as one WideLoop (≤ 24-wide stages, one loop)
   * 49.18  indexed_elemwise  sibling Elemwise nodes reading the same gather merged

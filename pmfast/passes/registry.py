@@ -153,5 +153,6 @@ BUILTIN: list[str] = [
     "pmfast.passes.softmax_rows",
     "pmfast.passes.shared_math",
     "pmfast.passes.gather_lifting",
+    "pmfast.passes.scalarize",
     "pmfast.passes.vector_math",
 ]
