@@ -42,8 +42,6 @@ Why 48.6: after ``add_mul_fusion`` (48), gather lifting (48.4) and the parameter
 
 from __future__ import annotations
 
-import logging
-
 import numpy as np
 from pytensor.graph.basic import Constant
 from pytensor.graph.traversal import ancestors
@@ -53,10 +51,9 @@ from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.subtensor import Subtensor, get_idx_list
 
 from pmfast.passes.registry import record, register_pass
-from pmfast.passes.rewriting import NodeRewritePass, PassRewriter
-from pmfast.passes.sibling_fusion import merge_siblings
+from pmfast.passes.rewriting import NodeRewritePass
+from pmfast.passes.sibling_fusion import SiblingMerger
 
-_log = logging.getLogger(__name__)
 
 PASS_NAME = "scalarize"
 
@@ -160,27 +157,13 @@ def _scalar_node(node) -> bool:
     )
 
 
-class ScalarSiblings(PassRewriter):
+class ScalarSiblings(SiblingMerger):
     """Merge 0-d Elemwise nodes with no path between them (see the module docstring)."""
 
     reason = "pmfast.scalarize.siblings"
 
     def apply(self, fgraph):
-        merges, declined = 0, set()
-        while True:
-            try:
-                pair = self._find_pair(fgraph, declined)
-            except Exception:
-                _log.debug("scalarize: sibling search stopped", exc_info=True)
-                break
-            if pair is None:
-                break
-            a, b = pair
-            build = lambda: list(zip([*a.outputs, *b.outputs], merge_siblings(a, b).outputs, strict=True))  # noqa: E731
-            if self.attempt(fgraph, build, pair):
-                merges += 1
-            else:
-                declined.add(pair)
+        merges = self.merge_pairs(fgraph)
         if merges:
             record(fgraph, PASS_NAME, merges)
         return merges

@@ -158,19 +158,24 @@ def merge_siblings(a, b) -> Apply:
     return Elemwise(comp).make_node(*inputs)
 
 
-class SiblingFusion(PassRewriter):
-    """Merge Elemwise siblings that share gathered data (see the module docstring)."""
+class SiblingMerger(PassRewriter):
+    """Merge the pairs of independent Elemwise nodes that ``_find_pair`` picks, one pair at a time.
 
-    reason = "pmfast.sibling_fusion"
+    A merged pair is one node, so the graph shrinks with every merge; a pair whose
+    replacement is declined is not offered again; at most ``max_merges`` merges
+    (None: until no pair is left). Subclasses define ``_find_pair(fgraph, declined)``.
+    """
 
-    def apply(self, fgraph):
-        merges = 0
-        declined: set = set()
-        while merges < MAX_MERGES:
+    max_merges: int | None = None
+
+    def merge_pairs(self, fgraph) -> int:
+        """Merge pairs until none is left; returns how many were merged."""
+        merges, declined = 0, set()
+        while self.max_merges is None or merges < self.max_merges:
             try:
                 pair = self._find_pair(fgraph, declined)
             except Exception:
-                _log.debug("sibling fusion: stopped", exc_info=True)
+                _log.debug("%s: pair search stopped", self.reason, exc_info=True)
                 break
             if pair is None:
                 break
@@ -180,6 +185,17 @@ class SiblingFusion(PassRewriter):
                 merges += 1
             else:
                 declined.add(pair)
+        return merges
+
+
+class SiblingFusion(SiblingMerger):
+    """Merge Elemwise siblings that share gathered data (see the module docstring)."""
+
+    reason = "pmfast.sibling_fusion"
+    max_merges = MAX_MERGES
+
+    def apply(self, fgraph):
+        self.merge_pairs(fgraph)
 
     @staticmethod
     def _find_pair(fgraph, declined):
