@@ -44,10 +44,12 @@ def get_mode(passes: PassSelection = "all"):
     # local_usmm fuses sparse products into a C-only op; its pattern's constraint reads
     # config.blas__ldflags, which probes the C compiler (~0.3 s per process) on dense graphs too
     exclude = ["local_usmm"] if selected else []
+    exclude += [name for p in selected for name in p.replaces]
     return Mode(linker, RewriteDatabaseQuery(include=["fast_run", "numba", *tags], exclude=exclude))
 
 
 _enabled: list[str] = []
+_enabled_nested: list[tuple[str, str]] = []
 
 
 _routed: dict = {}
@@ -85,6 +87,9 @@ def enable(passes: PassSelection = "all") -> None:
         for entry, _ in p.entries:
             optdb.add_tags(entry, "numba")
             _enabled.append(entry)
+        for database, entry in p.nested:
+            registry.stock_database(database).add_tags(entry, "numba")
+            _enabled_nested.append((database, entry))
     _route_nutpie(tuple(p.name for p in selected))
 
 
@@ -96,6 +101,11 @@ def disable() -> None:
         entry = _enabled.pop()
         if entry in optdb.__db__:
             optdb.remove_tags(entry, "numba")
+    while _enabled_nested:
+        database, entry = _enabled_nested.pop()
+        db = registry.stock_database(database)
+        if entry in db.__db__:
+            db.remove_tags(entry, "numba")
     if "compile_pymc_model" in _routed:
         import nutpie
 
@@ -104,8 +114,8 @@ def disable() -> None:
 
 def is_enabled() -> list[str]:
     """Names of the passes the plugin currently adds to the stock NUMBA mode (and nutpie's compile)."""
-    entries = set(_enabled)
-    return [p.name for p in registry.available() if any(e in entries for e, _ in p.entries)]
+    entries = set(_enabled) | {e for _, e in _enabled_nested}
+    return [p.name for p in registry.available() if any(e in entries for e in (*(e for e, _ in p.entries), *(e for _, e in p.nested)))]
 
 
 @contextlib.contextmanager

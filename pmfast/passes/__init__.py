@@ -3,6 +3,8 @@
 Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*``)::
 
     0      merge
+  * 0.5    index_dtypes      int8/int16 constant indices of chained Subtensors as int64, so
+                             canonicalize's local_subtensor_merge does not overflow (NumPy 2)
     1      canonicalize
     1.5    stabilize
     1.6    scan_eqopt2 (scan_merge, scan_merge_inouts)

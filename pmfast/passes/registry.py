@@ -28,6 +28,10 @@ class Pass:
     name: str
     description: str
     entries: list[tuple[str, float]] = field(default_factory=list)
+    #: node rewriters inside a stock database of optdb (``canonicalize``...): (database, entry)
+    nested: list[tuple[str, str]] = field(default_factory=list)
+    #: stock rewrites this pass stands in for, excluded from a mode that selects it
+    replaces: tuple[str, ...] = ()
 
     @property
     def tag(self) -> str:
@@ -35,8 +39,12 @@ class Pass:
 
     @property
     def position(self) -> float | None:
-        """Position of the first entry in optdb (the pass's place in the pipeline)."""
-        return min((p for _, p in self.entries), default=None)
+        """Position of the first entry in optdb (the pass's place in the pipeline); an entry
+        inside a stock database counts at that database's position."""
+        from pytensor.compile import optdb
+
+        nested = (optdb.__position__[database] for database, _ in self.nested)
+        return min((*(p for _, p in self.entries), *nested), default=None)
 
     def register(self, rewriter, position: float, name: str | None = None) -> None:
         """Register ``rewriter`` in the global optdb at ``position`` under this pass's tag."""
@@ -46,11 +54,27 @@ class Pass:
         optdb.register(entry, rewriter, "pmfast", self.tag, position=position)
         self.entries.append((entry, position))
 
+    def register_in(self, database: str, rewriter, name: str | None = None) -> None:
+        """Register the node rewriter ``rewriter`` inside optdb's stock ``database`` (e.g.
+        ``"canonicalize"``), under this pass's tag: it runs in that database's loop, where the
+        stock rewrites create the nodes it matches."""
+        entry = f"pmfast.{self.name}.{name or getattr(rewriter, '__name__', type(rewriter).__name__)}"
+        stock_database(database).register(entry, rewriter, "pmfast", self.tag)
+        self.nested.append((database, entry))
+
     def __str__(self) -> str:
         return f"{self.name:<18} {self.position!s:<7} {self.description}"
 
 
 PASSES: dict[str, Pass] = {}
+
+
+def stock_database(name: str):
+    """optdb's rewrite database ``name`` (``canonicalize``, ``specialize``, ...)."""
+    from pytensor.compile import optdb
+
+    (database,) = optdb.__db__[name]
+    return database
 
 
 class UnknownPassError(ValueError):
@@ -71,13 +95,20 @@ def unregister_pass(name: str) -> None:
     from pytensor.compile import optdb
 
     p = PASSES.pop(name)
+    for database, entry in p.nested:
+        _drop(stock_database(database), entry, p.tag)
     for entry, _ in p.entries:
-        optdb.remove_tags(entry, "pmfast", p.tag)
-        rewriter = optdb.__db__.pop(entry).pop()
-        optdb._names.discard(entry)
-        optdb.__db__[type(rewriter).__name__].discard(rewriter)
-        if hasattr(optdb, "__position__"):
-            optdb.__position__.pop(entry, None)
+        _drop(optdb, entry, p.tag)
+
+
+def _drop(db, entry: str, tag: str) -> None:
+    """Remove ``entry`` from the rewrite database ``db``."""
+    db.remove_tags(entry, "pmfast", tag)
+    rewriter = db.__db__.pop(entry).pop()
+    db._names.discard(entry)
+    db.__db__[type(rewriter).__name__].discard(rewriter)
+    for table in ("__position__", "__final__", "__cleanup__"):
+        getattr(db, table, {}).pop(entry, None)
 
 
 def available() -> list[Pass]:
@@ -144,6 +175,7 @@ def _load_builtin() -> None:
 
 
 BUILTIN: list[str] = [
+    "pmfast.passes.index_dtypes",
     "pmfast.passes.scan_dedup",
     "pmfast.passes.indexed_elemwise",
     "pmfast.passes.invariant_switch",
