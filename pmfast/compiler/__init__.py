@@ -16,16 +16,19 @@ A compile (``pmfast.compile`` → :func:`pmfast.nutpie_glue.compile_numba`):
 
 :mod:`~pmfast.compiler.overloads` swaps numba generic code that every new
 process would otherwise compile for cheaper equivalents;
-:mod:`~pmfast.compiler.cache` makes unreadable cache entries misses.
+:mod:`~pmfast.compiler.cache` makes unreadable cache entries misses;
+:mod:`~pmfast.compiler.generic` caches numba's own ``@overload``
+implementations, which numba compiles again in every process.
 :mod:`~pmfast.compiler.frames` makes pytensor's failed graph validations
-cheap. :func:`setup` installs all three (once per process).
+cheap. :func:`setup` installs them all (once per process).
 """
 
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import cache, frames, overloads
+    from pmfast.compiler import cache, frames, generic, overloads
 
     overloads.install()
     cache.install()
     frames.install()
+    generic.install()
