@@ -37,12 +37,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
+from collections import Counter
 
 #: Bump when the key or the way implementations are built changes.
 VERSION = 1
 
 _installed = False
 _prefix: str | None = None
+_dispatchers: weakref.WeakSet = weakref.WeakSet()
 
 
 def enabled() -> bool:
@@ -111,11 +114,22 @@ def _cached_jitter(template, jitter):
             if key is None:
                 return decorate(impl)
             cache.register(impl, key)
-            return jitter(cache=True, **options)(impl)
+            dispatcher = jitter(cache=True, **options)(impl)
+            _dispatchers.add(dispatcher)
+            return dispatcher
 
         return wrap
 
     return make
+
+
+def stats() -> Counter:
+    """Signatures of cached implementations loaded (``hits``) and compiled (``misses``) in this process."""
+    out: Counter = Counter()
+    for dispatcher in list(_dispatchers):
+        out["hits"] += sum(dispatcher.stats.cache_hits.values())
+        out["misses"] += sum(dispatcher.stats.cache_misses.values())
+    return out
 
 
 def install() -> None:

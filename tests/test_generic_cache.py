@@ -1,0 +1,110 @@
+"""numba's @overload implementations cached across processes (pmfast.compiler.generic)."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+
+SCRIPT = textwrap.dedent(
+    """
+    import json
+    import numba
+    import numpy as np
+    import pmfast.compiler
+    from pmfast.compiler import cache, generic
+
+    pmfast.compiler.setup()
+
+    @numba.njit(fastmath=True)
+    def f(n):
+        a = np.empty(n)
+        for i in range(n):
+            a[i] = 0.1 * i
+        b = np.ascontiguousarray(np.asarray(a)[::2])
+        return b.sum() + np.array(0.25).item()
+
+    value = f(11)
+    print(json.dumps({"value": value, "generic": dict(generic.stats()), "cache": dict(cache.stats)}))
+    """
+)
+
+
+def run(tmp_path, cache_dir, **env):
+    path = tmp_path / "generic_script.py"
+    path.write_text(SCRIPT)
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache_dir}", **env}
+    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def generic_files(cache_dir):
+    return sorted(p for p in cache_dir.rglob("*pmfast_generic_*") if p.suffix != ".lock")
+
+
+def test_overload_implementations_load_in_a_new_process_and_rebuild_when_corrupt(tmp_path):
+    cache_dir = tmp_path / "cache"
+    first = run(tmp_path, cache_dir)
+    assert first["generic"]["misses"] >= 3 and first["generic"]["hits"] == 0
+    files = generic_files(cache_dir)
+    assert {p.suffix for p in files} == {".nbi", ".nbc"}
+
+    second = run(tmp_path, cache_dir)
+    # an implementation loaded from the cache brings its callees' code: they aren't built at all
+    assert second["generic"]["hits"] >= 3 and second["generic"].get("misses", 0) == 0
+    assert second["value"] == first["value"] == np.sum(0.1 * np.arange(11)[::2]) + 0.25
+
+    for path in files:
+        path.write_bytes(path.read_bytes()[:7])
+    rebuilt = run(tmp_path, cache_dir)
+    assert rebuilt["cache"]["rebuilt"] >= 1 and rebuilt["generic"]["misses"] >= 1
+    assert rebuilt["value"] == first["value"]
+    assert run(tmp_path, cache_dir)["generic"].get("misses", 0) == 0
+
+
+def test_nothing_cached_when_switched_off(tmp_path):
+    off = run(tmp_path, tmp_path / "off", PMFAST_GENERIC_CACHE="0")
+    assert off["generic"] == {}
+    assert not generic_files(tmp_path / "off")
+    path = tmp_path / "generic_script.py"
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'nocache'},numba__cache=False"}
+    out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1])["generic"] == {}
+    assert not generic_files(tmp_path / "nocache")
+
+
+def test_keys_follow_flags_options_and_versions(monkeypatch):
+    import numba
+    from numba.core.compiler import Flags
+
+    from pmfast.compiler import generic, overloads
+
+    def impl(a):
+        return a
+
+    def overload(a):
+        return impl
+
+    def flags(**kw):
+        f = Flags()
+        for k, v in kw.items():
+            setattr(f, k, v)
+        return f
+
+    key = generic.cache_key(overload, impl, {}, flags(fastmath=True))
+    assert key == generic.cache_key(overload, impl, {}, flags(fastmath=True))
+    assert key != generic.cache_key(overload, impl, {}, flags(fastmath=False))
+    assert key != generic.cache_key(overload, impl, {}, flags(fastmath=True, error_model="numpy"))
+    assert key != generic.cache_key(overload, impl, {"boundscheck": True}, flags(fastmath=True))
+    assert key != generic.cache_key(overload, impl, {}, None)
+    # flags an implementation does not inherit from its caller don't split the cache
+    assert key == generic.cache_key(overload, impl, {}, flags(fastmath=True, no_cpython_wrapper=True))
+    for mod, attr, value in ((generic, "VERSION", -1), (overloads, "VERSION", -1), (numba, "__version__", "0.0")):
+        with monkeypatch.context() as m:
+            m.setattr(mod, attr, value)
+            m.setattr(generic, "_prefix", None)
+            assert generic.cache_key(overload, impl, {}, flags(fastmath=True)) != key
