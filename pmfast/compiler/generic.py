@@ -30,7 +30,8 @@ library with the module it links into callers), so cache state does not
 change the code an entry is built from. Nothing is cached when pytensor's
 numba cache is off (``config.numba__cache``) or ``PMFAST_GENERIC_CACHE=0``
 (read at each overload build). Implementations numba will not cache
-(dynamic globals, lifted loops) are compiled as before.
+(dynamic globals, lifted loops, a closure it cannot pickle) are compiled as
+before.
 """
 
 from __future__ import annotations
@@ -82,9 +83,22 @@ def _inherited(flags) -> tuple:
     return tuple(out)
 
 
+def _closure_picklable(impl) -> bool:
+    """Whether numba can hash ``impl``'s closure for its index key (else every load and save would fail)."""
+    if impl.__closure__ is None:
+        return True
+    from numba.core.serialize import dumps
+
+    try:
+        dumps(tuple(c.cell_contents for c in impl.__closure__))
+    except Exception:
+        return False
+    return True
+
+
 def cache_key(overload_func, impl, jit_options: dict, flags) -> str | None:
     """The cache key of ``impl`` (returned by the overload ``overload_func``), or None if it isn't cacheable."""
-    if not callable(impl) or getattr(impl, "__code__", None) is None:
+    if not callable(impl) or getattr(impl, "__code__", None) is None or not _closure_picklable(impl):
         return None
     ident = (
         _versions(),
