@@ -132,37 +132,47 @@ DRAWS_SCRIPT = textwrap.dedent(
     import json, sys
     import nutpie
     import pmfast
+    from pmfast.compiler import generic
     from pmfast.models import radon_data
 
     sys.path.insert(0, {tests!r})
-    model = radon_data.build_model(n_obs=200, n_counties=12)
-    if sys.argv[1] == "used":
-        # what a used machine holds: another model's compile, and this model's graph evaluated
-        # as a plain pytensor function (its node functions compiled and cached on their own)
+    if sys.argv[1] == "populate":
+        # what a used machine holds: another model compiled by an earlier process (numba's
+        # overload implementations cached, pmfast.compiler.generic)
         from conftest import hierarchical_model
 
         pmfast.compile(hierarchical_model(n_groups=5))
+        print(json.dumps({{}}))
+        sys.exit()
+    model = radon_data.build_model(n_obs=200, n_counties=12)
+    if sys.argv[1] == "used":
+        # and this model's graph evaluated as a plain pytensor function (its node functions
+        # compiled and cached on their own)
         fn, x0 = pmfast.logp_dlogp_function(model)
         fn(x0)
     compiled = pmfast.compile(model)
     idata = nutpie.sample(compiled, draws=150, tune=150, chains=1, seed=7, progress_bar=False)
-    print(json.dumps(idata.posterior["mu_a"].values.ravel().tolist()))
+    print(json.dumps({{"draws": idata.posterior["mu_a"].values.ravel().tolist(), "generic": dict(generic.stats())}}))
     """
 )
 
 
 def test_same_draws_whatever_the_cache_held(tmp_path):
     """One model and seed give the same draws compiled into an empty cache and into a used one
-    (other processes, other caches). The used cache holds the model's node functions compiled on
+    (other processes, other caches). The used cache holds another model's compile, from which
+    this one loads numba's overload implementations, and the model's node functions compiled on
     their own: an entry that called those instead of inlining them (the inline choice once
     depended on the cache) rounded differently, and 300 NUTS steps amplify the last bit."""
     path = tmp_path / "draws.py"
     path.write_text(DRAWS_SCRIPT.format(tests=os.path.dirname(__file__)))
-    procs = []
-    for kind in ("empty", "used"):
-        cache = tmp_path / kind
+
+    def start(kind, cache):
         env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": str(cache / "numba")}
-        procs.append(subprocess.Popen([sys.executable, str(path), kind], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path))
-    empty, used = (finish(p) for p in procs)
-    assert len(empty) == 150
-    assert used == empty
+        return subprocess.Popen([sys.executable, str(path), kind], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=tmp_path)
+
+    empty, populate = start("empty", tmp_path / "empty"), start("populate", tmp_path / "used")
+    empty, _ = finish(empty), finish(populate)
+    used = finish(start("used", tmp_path / "used"))
+    assert used["generic"]["hits"] > 0
+    assert len(empty["draws"]) == 150
+    assert used["draws"] == empty["draws"]

@@ -108,3 +108,4 @@ def test_keys_follow_flags_options_and_versions(monkeypatch):
             m.setattr(mod, attr, value)
             m.setattr(generic, "_prefix", None)
             assert generic.cache_key(overload, impl, {}, flags(fastmath=True)) != key
+
