@@ -10,13 +10,16 @@ import numpy as np
 
 SCRIPT = textwrap.dedent(
     """
-    import json
+    import json, os
     import numba
     import numpy as np
     import pmfast.compiler
     from pmfast.compiler import cache, generic
 
     pmfast.compiler.setup()
+    if os.environ.get("MORE_TYPES"):  # numba numbers types in creation order: shift them
+        from numba.core import types
+        more = [types.Array(types.int16, n, "F") for n in range(1, 9)]
 
     @numba.njit(fastmath=True)
     def f(n):
@@ -52,7 +55,9 @@ def test_overload_implementations_load_in_a_new_process_and_rebuild_when_corrupt
     files = generic_files(cache_dir)
     assert {p.suffix for p in files} == {".nbi", ".nbc"}
 
-    second = run(tmp_path, cache_dir)
+    # another process, whose numba types are numbered otherwise (numba's pickle hash of np.empty's
+    # closure, its return type, would differ)
+    second = run(tmp_path, cache_dir, MORE_TYPES="1")
     # an implementation loaded from the cache brings its callees' code: they aren't built at all
     assert second["generic"]["hits"] >= 3 and second["generic"].get("misses", 0) == 0
     assert second["value"] == first["value"] == np.sum(0.1 * np.arange(11)[::2]) + 0.25
@@ -109,3 +114,23 @@ def test_keys_follow_flags_options_and_versions(monkeypatch):
             m.setattr(generic, "_prefix", None)
             assert generic.cache_key(overload, impl, {}, flags(fastmath=True)) != key
 
+
+
+def test_closure_fingerprints_are_process_independent():
+    from numba.core import types
+
+    from pmfast.compiler import generic
+
+    def closing_over(value):
+        def impl():
+            return value
+
+        return impl
+
+    a = generic.closure_fingerprint(closing_over(types.Array(types.float64, 1, "C")))
+    assert a is not None and "_code" not in a
+    assert a == generic.closure_fingerprint(closing_over(types.Array(types.float64, 1, "C")))
+    assert a != generic.closure_fingerprint(closing_over(types.Array(types.float64, 2, "C")))
+    assert a != generic.closure_fingerprint(closing_over(types.Array(types.float32, 1, "C")))
+    assert generic.closure_fingerprint(closing_over(object())) is None
+    assert generic.closure_fingerprint(closing_over((1, types.int64, np.dtype("f8")))) is not None

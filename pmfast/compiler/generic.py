@@ -13,7 +13,8 @@ every overload its node functions call.
 
 * the overload (its module and name) and the implementation's module and
   qualified name; numba's index adds the argument types, the bytecode, the
-  closure's values and the CPU;
+  closure's values (by a process-independent fingerprint, :func:`closure_fingerprint`:
+  numba's own pickle hash of a numba type changes from process to process) and the CPU;
 * the flags the implementation inherits from its caller (``fastmath``,
   ``error_model``, ``nrt``, ``forceinline``) and the overload's own jit
   options: an implementation compiled for a caller with other flags is
@@ -30,8 +31,8 @@ library with the module it links into callers), so cache state does not
 change the code an entry is built from. Nothing is cached when pytensor's
 numba cache is off (``config.numba__cache``) or ``PMFAST_GENERIC_CACHE=0``
 (read at each overload build). Implementations numba will not cache
-(dynamic globals, lifted loops, a closure it cannot pickle) are compiled as
-before.
+(dynamic globals, lifted loops) and those closing over a value without a
+fingerprint are compiled as before.
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ import weakref
 from collections import Counter
 
 #: Bump when the key or the way implementations are built changes.
-VERSION = 1
+VERSION = 2
 
 _installed = False
 _prefix: str | None = None
@@ -83,22 +84,69 @@ def _inherited(flags) -> tuple:
     return tuple(out)
 
 
-def _closure_picklable(impl) -> bool:
-    """Whether numba can hash ``impl``'s closure for its index key (else every load and save would fail)."""
-    if impl.__closure__ is None:
-        return True
-    from numba.core.serialize import dumps
+class _Unstable(Exception):
+    """A closure value without a process-independent fingerprint."""
 
+
+def _fingerprint(value, depth: int = 0) -> str:
+    """A description of ``value`` that is the same in every process (raises :class:`_Unstable` if there is none).
+
+    numba's index key hashes an implementation's closure with pickle, and a
+    pickled numba type carries its process-specific ``_code`` (the order
+    types were created in): an implementation closing over a type (``np.empty``'s
+    return type…) would then miss in every other process and add an entry to
+    the index each time. A type is described by its class and ``key`` (what
+    numba interns types by), a function by its name, bytecode and closure.
+    """
+    import types as pytypes
+
+    import numpy as np
+    from numba.core import types
+    from numba.core.dispatcher import Dispatcher
+
+    if depth > 10:
+        raise _Unstable
+    if value is None or isinstance(value, (bool, int, float, complex, str, bytes)):
+        return f"{type(value).__name__}:{value!r}"
+    if isinstance(value, types.Type):
+        return f"type:{type(value).__module__}.{type(value).__qualname__}:{_fingerprint(value.key, depth + 1)}"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}(" + ",".join(_fingerprint(v, depth + 1) for v in value) + ")"
+    if isinstance(value, (np.dtype, np.generic)):
+        return f"np:{value!r}:{getattr(value, 'dtype', value)!r}"
+    if isinstance(value, type):
+        return f"class:{value.__module__}.{value.__qualname__}"
+    if isinstance(value, Dispatcher):
+        options = sorted((k, repr(v)) for k, v in value.targetoptions.items())
+        return f"dispatcher:{options}:{_fingerprint(value.py_func, depth + 1)}"
+    if isinstance(value, pytypes.FunctionType):
+        code = hashlib.sha256(value.__code__.co_code).hexdigest()
+        cells = tuple(c.cell_contents for c in value.__closure__ or ())
+        return f"function:{value.__module__}.{value.__qualname__}:{code}:{_fingerprint(cells, depth + 1)}"
+    raise _Unstable
+
+
+def closure_fingerprint(impl) -> str | None:
+    """:func:`_fingerprint` of ``impl``'s closure values, or None if one has none."""
     try:
-        dumps(tuple(c.cell_contents for c in impl.__closure__))
-    except Exception:
-        return False
-    return True
+        return _fingerprint(tuple(c.cell_contents for c in impl.__closure__ or ()))
+    except (_Unstable, ValueError):  # ValueError: an empty cell
+        return None
+
+
+def _stable_index_key(cache, fingerprint: str):
+    """numba's ``Cache._index_key`` for ``cache`` with the closure hashed by its fingerprint, not by pickle."""
+
+    def _index_key(sig, codegen):
+        code = hashlib.sha256(cache._py_func.__code__.co_code).hexdigest()
+        return (sig, codegen.magic_tuple(), (code, hashlib.sha256(fingerprint.encode()).hexdigest()))
+
+    return _index_key
 
 
 def cache_key(overload_func, impl, jit_options: dict, flags) -> str | None:
     """The cache key of ``impl`` (returned by the overload ``overload_func``), or None if it isn't cacheable."""
-    if not callable(impl) or getattr(impl, "__code__", None) is None or not _closure_picklable(impl):
+    if not callable(impl) or getattr(impl, "__code__", None) is None or closure_fingerprint(impl) is None:
         return None
     ident = (
         _versions(),
@@ -129,6 +177,10 @@ def _cached_jitter(template, jitter):
                 return decorate(impl)
             cache.register(impl, key)
             dispatcher = jitter(cache=True, **options)(impl)
+            index_cache = getattr(dispatcher, "_cache", None)
+            if not hasattr(index_cache, "_py_func"):  # not numba's FunctionCache: leave it uncached
+                return decorate(impl)
+            index_cache._index_key = _stable_index_key(index_cache, closure_fingerprint(impl))
             _dispatchers.add(dispatcher)
             return dispatcher
 
