@@ -122,26 +122,9 @@ def rel(a, b) -> float:
     return float(max(d_logp, d_grad))
 
 
-def entry_side(fn):
-    """``(evaluate, time)`` of the pmfast entry nutpie's callback calls for compiled function ``fn``."""
-    from entry_eval import time_entry
-
-    from pmfast import nutpie_glue
-
-    kernel = nutpie_glue.logp_kernel(fn)
-
-    def evaluate(x):
-        code, logp, grad = kernel(np.asarray(x, dtype="float64"))
-        if code:
-            raise RuntimeError(f"the entry returned code {code}")
-        return np.asarray(logp), grad
-
-    return evaluate, lambda x: time_entry(kernel, np.ascontiguousarray(x, dtype="float64"), 1, seconds=0.1)
-
-
 def measure(name: str, passes="all", repeats: int = 7, point: str = "typical") -> dict:
     import pmfast
-    from pmfast.bench import bench_points, time_calls
+    from pmfast.bench import bench_points, entry_timer, time_calls
 
     model, hand, data = load(name)
     sides = {}  # side -> (evaluate(x) -> (logp, grad), time(x) -> µs per call)
@@ -152,7 +135,8 @@ def measure(name: str, passes="all", repeats: int = 7, point: str = "typical") -
     for side, selection in (("stock", "none"), ("kernel", passes)):
         fn, x0 = pmfast.logp_dlogp_function(model, selection)
         sides[side] = jitted(fn.vm.jit_fn, lambda x, fn=fn: pmfast.kernel_args(fn, x))
-    sides["pmfast"] = entry_side(fn)
+    evaluate, time_entry = entry_timer(fn)
+    sides["pmfast"] = (evaluate, lambda x: time_entry(x)[0])
     sides["hand"] = jitted(hand, lambda x: (np.asarray(x, dtype="float64"), *data))
     points = bench_points(x0, point, model=model)
     parity = {}

@@ -77,6 +77,27 @@ def njit_loop():
 CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
 
 
+def time_runs(run, repeats: int = 7, seconds: float = REPEAT_SECONDS, clock: str = "cpu") -> tuple[list, int]:
+    """Microseconds per call for each of ``repeats`` repeats of ``run(n)`` (n calls, n scaled so a
+    repeat lasts about ``seconds``) on ``clock`` (:data:`CLOCKS`). Returns ``(times_us, n)``."""
+    now = CLOCKS[clock]
+    n = 1
+    while True:
+        t0 = now()
+        run(n)
+        dt = now() - t0
+        if dt >= seconds / 10 or n >= 1 << 24:
+            break
+        n *= 10
+    n = max(1, int(n * seconds / max(dt, 1e-9)))
+    times = []
+    for _ in range(repeats):
+        t0 = now()
+        run(n)
+        times.append((now() - t0) / n * 1e6)
+    return times, n
+
+
 def time_calls(
     jit_fn, args: tuple, repeats: int = 7, seconds: float = REPEAT_SECONDS, clock: str = "cpu", njit: bool = True
 ):
@@ -86,7 +107,6 @@ def time_calls(
     to a Python loop if numba can't call ``jit_fn`` as a first-class function, or if ``njit`` is false),
     on ``clock`` (see :data:`CLOCKS`). Returns ``(times_us, calls_per_repeat, loop_kind)``.
     """
-    now = CLOCKS[clock]
     try:
         if not njit:
             raise TypeError("a Python loop was asked for")
@@ -104,21 +124,51 @@ def time_calls(
                 jit_fn(*args)
 
         kind = "python"
-    n = 1
-    while True:
-        t0 = now()
-        run(n)
-        dt = now() - t0
-        if dt >= seconds / 10 or n >= 1 << 24:
-            break
-        n *= 10
-    n = max(1, int(n * seconds / max(dt, 1e-9)))
-    times = []
-    for _ in range(repeats):
-        t0 = now()
-        run(n)
-        times.append((now() - t0) / n * 1e6)
+    times, n = time_runs(run, repeats, seconds, clock)
     return times, n, kind
+
+
+_entry_loop = None
+
+
+def entry_timer(fn):
+    """``(evaluate, time)`` of the logp+grad entry that nutpie's callback calls for compiled function ``fn``
+    (:func:`pmfast.logp_dlogp_function`'s): ``evaluate(x) -> (logp, grad)`` through the callback,
+    ``time(x, repeats=1) -> [µs per call]`` calling the entry through its address from an njit loop,
+    as the callback does (views of the point and the shared data, the graph, the gradient written into
+    the caller's buffer: no ``Join``, no output arrays)."""
+    global _entry_loop
+    import numba
+
+    from pmfast import nutpie_glue
+    from pmfast.compiler.native import call_native4, data_pointer
+
+    if _entry_loop is None:
+
+        @numba.njit
+        def loop(address, n, x, out, logp, user_data):
+            acc = 0.0
+            for _ in range(n):
+                call_native4(address, 1, data_pointer(x), data_pointer(out), data_pointer(logp), data_pointer(user_data))
+                acc += logp[0]
+            return acc
+
+        _entry_loop = loop
+    kernel = nutpie_glue.logp_kernel(fn)
+    user_data = np.ndarray((kernel.user_data_.dtype.itemsize,), np.uint8, buffer=kernel.user_data_)
+
+    def evaluate(x):
+        code, logp, grad = kernel(np.asarray(x, dtype="float64"))
+        if code:
+            raise BenchError(f"the entry returned error code {code}")
+        return np.asarray(logp), grad
+
+    def timer(x, repeats: int = 1, seconds: float = REPEAT_SECONDS):
+        x = np.ascontiguousarray(x, dtype="float64")
+        out, logp = np.zeros(x.size), np.zeros(1)
+        return time_runs(lambda n: _entry_loop(kernel.entry.address, n, x, out, logp, user_data), repeats, seconds)[0]
+
+    return evaluate, timer
 
 
 def posterior_draws(model, n: int = N_POINTS, seed: int = 0, tune: int = 300) -> np.ndarray:
@@ -149,27 +199,30 @@ def bench_points(x0, point: str = "typical", *, model=None, n: int = N_POINTS, s
 
 
 def interleaved_eval(model_spec: str, passes="all", repeats: int = 7, point: str = "typical") -> dict:
-    """Eval µs of both sides measured in one process, alternating stock and pmfast repeats.
+    """Eval µs of both sides as nutpie calls them, measured in one process, alternating stock and pmfast.
 
-    Load that comes and goes on a shared machine then hits both sides alike;
-    the per-side workers' own eval figures are kept as ``eval_us_own``.
-    Returns ``{"stock": [µs per repeat], "pmfast": [...]}``.
+    Stock: its graph function's kernel ``fn.vm.jit_fn`` (nutpie's numba backend calls it from a
+    cfunc that then copies the gradient out; that copy is not timed). pmfast: the C-ABI entry
+    :func:`pmfast.compile` hands nutpie (:func:`entry_timer`). Load that comes and goes on a shared
+    machine then hits both sides alike; the per-side workers' own eval figures are kept as
+    ``eval_us_own``. Returns ``{"stock": [µs per repeat], "pmfast": [...]}``.
     """
     import pmfast
     from pmfast.loading import load_model
 
     model, _ = load_model(model_spec)
-    fns = {}
-    for side, selection in (("stock", "none"), ("pmfast", passes)):
-        fn, x0 = pmfast.logp_dlogp_function(model, selection)
-        fns[side] = (fn, fn.vm.jit_fn)
+    stock, x0 = pmfast.logp_dlogp_function(model, "none")
+    fast, _ = pmfast.logp_dlogp_function(model, passes)
+    timers = {
+        "stock": lambda x, r=1: time_calls(stock.vm.jit_fn, pmfast.kernel_args(stock, x), repeats=r)[0],
+        "pmfast": entry_timer(fast)[1],
+    }
     points = bench_points(x0, point, model=model)
-    times = {side: [] for side in fns}
+    times = {side: [] for side in timers}
     for r in range(repeats):  # repeat r: both sides at point r (mod the number of points)
         x = points[r % len(points)]
-        for side, (fn, jit_fn) in fns.items():
-            t, _, _ = time_calls(jit_fn, pmfast.kernel_args(fn, x), repeats=1)
-            times[side].append(t[0])
+        for side, timer in timers.items():
+            times[side] += timer(x, 1)
     return times
 
 

@@ -129,3 +129,19 @@ def test_time_calls_clocks(clock):
 
     times, n, kind = bench.time_calls(f, (np.ones(10),), repeats=5, seconds=0.01, clock=clock)
     assert len(times) == 5 and min(times) > 0 and n >= 1 and kind == "njit"
+
+
+def test_entry_timer_times_the_entry_nutpie_calls(tiny):
+    import pmfast
+    from pmfast.loading import load_model
+
+    model, _ = load_model(tiny)
+    fn, x0 = pmfast.logp_dlogp_function(model, "all")
+    evaluate, timer = bench.entry_timer(fn)
+    x = x0 + 0.25
+    logp, grad = evaluate(x)
+    ref_logp, ref_grad = fn(x)
+    np.testing.assert_allclose(logp, ref_logp, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-12)
+    times = timer(x, 3, seconds=0.01)
+    assert len(times) == 3 and min(times) > 0

@@ -20,6 +20,9 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              put the checks and the terms they guard in one Composite
                              (only where it adds no node or a gather loop pays for it);
                              sigmoid(x) >= 0 / <= 1 -> ~isnan(x)
+  * 48.55  unit_axes         Elemwise over (n, 1) columns (canonicalize's DimShuffle lift in
+                             a row sum's gradient) as 1-d, so fusion merges them with the
+                             1-d terms of the same rows
   * 48.6   scalarize         Elemwise on one-element arrays (scalar parameters' gradient
                              pieces) as 0-d Elemwise, so fusion merges them with the priors
     49     elemwise_fusion   (builds the Composites the next passes work on)

@@ -186,5 +186,6 @@ BUILTIN: list[str] = [
     "pmfast.passes.shared_math",
     "pmfast.passes.gather_lifting",
     "pmfast.passes.scalarize",
+    "pmfast.passes.unit_axes",
     "pmfast.passes.vector_math",
 ]
