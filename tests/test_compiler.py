@@ -241,6 +241,61 @@ def test_inlinable_rejects_what_numbas_inliner_cannot_handle():
     assert not any(inline.inlinable(f) for f in (varargs, dynamic, fstring))
 
 
+def _small(x):
+    return x + 1
+
+
+def _large(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i] - x[i] / (1.0 + x[i])
+    return s + x[0] - x[-1]
+
+
+def test_inline_plan_takes_the_cheapest_functions_up_to_the_budget():
+    small, large, other = numba.njit(_small), numba.njit(_large), numba.njit(_small)
+    calls = [("a", "Elemwise", large), ("b", "Reshape", small), ("c", "Scan", other), ("b", "Reshape", small), ("d", "Sum", other)]
+    assert inline.cost(large) > 2 * inline.cost(small)
+    everything = 2 * inline.cost(small) + inline.cost(other) + inline.cost(large)
+    assert inline.plan(calls, budget=everything) == ("a", "b", "d")  # Scan is never inlined
+    # cheapest first, a name at all its call sites or none: d (1 site), then b (2 sites), never a
+    assert inline.plan(calls, budget=everything - 1) == ("b", "d")
+    assert inline.plan(calls, budget=2 * inline.cost(small)) == ("d",)
+    assert inline.plan(calls, budget=0) == ()
+    # the budget is met by every small model's entry (see test_small_entries_inline_everything)
+    assert inline.plan(calls) == ("a", "b", "d")
+
+
+def test_small_entries_inline_everything_wide_ones_call_their_loops():
+    """The plan on real graphs: a small model inlines every candidate; wide_additive's gather
+    loops (its costliest functions) are called, its cheap view functions still inlined."""
+    import ast
+
+    from pmfast.frontend import logp_dlogp_graph
+    from pmfast.loading import load_model
+    from pymc.pytensorf import compile as compile_pymc
+
+    for spec, whole in (("golf_putting", True), ("wide_additive:n=20", False)):
+        model, _ = load_model(spec)
+        joined, logp, grad, _, _ = logp_dlogp_graph(model)
+        with model:
+            fn = compile_pymc((joined,), (logp, grad), mode=pmfast.get_mode())
+        env = entry.graph_function(fn.vm.jit_fn).__globals__
+        order = fn.maker.linker.schedule(fn.maker.fgraph)
+        stmts = [ast.parse(ast.unparse(s)).body[0] for s in ast.parse(fn.vm.jit_fn.py_func.__source__).body[0].body[:-1]]
+        calls = [
+            (s.value.func.id, type(n.op).__name__, env[s.value.func.id])
+            for s, n in zip(stmts, order, strict=True)
+            if isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
+        ]
+        candidates = {name for name, op, d in calls if inline.should_inline(op, d)}
+        chosen = set(inline.plan(calls))
+        assert (chosen == candidates) == whole, spec
+        if not whole:
+            by_op = {op: name for name, op, _ in calls}
+            assert by_op["IndexedElemwise"] not in chosen and by_op["Reshape"] in chosen
+
+
 # --- entries and callbacks --------------------------------------------------------------------
 
 
