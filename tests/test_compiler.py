@@ -252,23 +252,18 @@ def _large(x):
     return s + x[0] - x[-1]
 
 
-def test_inline_plan_takes_the_cheapest_functions_up_to_the_budget():
+def test_inline_plan_inlines_every_candidate_within_the_budget_none_beyond():
     small, large, other = numba.njit(_small), numba.njit(_large), numba.njit(_small)
     calls = [("a", "Elemwise", large), ("b", "Reshape", small), ("c", "Scan", other), ("b", "Reshape", small), ("d", "Sum", other)]
     assert inline.cost(large) > 2 * inline.cost(small)
-    everything = 2 * inline.cost(small) + inline.cost(other) + inline.cost(large)
+    everything = 2 * inline.cost(small) + inline.cost(other) + inline.cost(large)  # b has two call sites
     assert inline.plan(calls, budget=everything) == ("a", "b", "d")  # Scan is never inlined
-    # cheapest first, a name at all its call sites or none: d (1 site), then b (2 sites), never a
-    assert inline.plan(calls, budget=everything - 1) == ("b", "d")
-    assert inline.plan(calls, budget=2 * inline.cost(small)) == ("d",)
-    assert inline.plan(calls, budget=0) == ()
-    # the budget is met by every small model's entry (see test_small_entries_inline_everything)
+    assert inline.plan(calls, budget=everything - 1) == ()
     assert inline.plan(calls) == ("a", "b", "d")
 
 
-def test_small_entries_inline_everything_wide_ones_call_their_loops():
-    """The plan on real graphs: a small model inlines every candidate; wide_additive's gather
-    loops (its costliest functions) are called, its cheap view functions still inlined."""
+def test_small_entries_inline_everything_wide_ones_call():
+    """The plan on real graphs: a small model's entry inlines every candidate, wide_additive's none."""
     import ast
 
     from pmfast.frontend import logp_dlogp_graph
@@ -290,10 +285,7 @@ def test_small_entries_inline_everything_wide_ones_call_their_loops():
         ]
         candidates = {name for name, op, d in calls if inline.should_inline(op, d)}
         chosen = set(inline.plan(calls))
-        assert (chosen == candidates) == whole, spec
-        if not whole:
-            by_op = {op: name for name, op, _ in calls}
-            assert by_op["IndexedElemwise"] not in chosen and by_op["Reshape"] in chosen
+        assert candidates and chosen == (candidates if whole else set()), spec
 
 
 # --- entries and callbacks --------------------------------------------------------------------

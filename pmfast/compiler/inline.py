@@ -18,20 +18,20 @@ depending on what was compiled before (a first compile inlined a function, a
 later one on the same machine called the cached copy). A node function
 compiled for an earlier model is therefore inlined again, not called.
 
-A wide entry inlines only part of its node functions (:func:`plan`). Inlined
-code is typed, lowered and optimised once per call site, and numba's passes
-over one function grow faster than its size: on a wide graph (many sibling
+A wide entry calls its node functions instead (:func:`plan`). Inlined code
+is typed, lowered and optimised once per call site, and numba's passes over
+one function grow faster than its size: on a wide graph (many sibling
 blocks, each with its own gather loops) one huge entry cost more to compile
 than calling the node functions, each compiled once and shared by its call
-sites (wide_additive n=20: 170 statements, 1.4x stock's compile CPU with
-every function inlined). The cheapest functions (by the bytecode inlining
-them adds: instructions times call sites) are inlined first, up to
-:data:`BUDGET` instructions; the rest are called. Every small model's entry
-is under the budget, so it inlines everything, as before. A called
-function's code is linked into the entry as the same optimised LLVM module
-whether it was compiled now or loaded from the cache (numba caches the
-linkable module with the object code), so calling is as deterministic as
-inlining.
+sites (wide_additive n=20, 170 statements: 1.4x stock's compile CPU with
+every function inlined; inlining the cheapest up to the budget still cost a
+quarter more than calling them all). Inlining everything adds each function's
+bytecode instructions times its call sites to the entry: up to
+:data:`BUDGET` it is done, as before (every small model's entry is under
+it), beyond it nothing is inlined. A called function's code is linked into
+the entry as the same optimised LLVM module whether it was compiled now or
+loaded from the cache (numba caches the linkable module next to the object
+code), so calling is as deterministic as inlining.
 
 Not inlined (numba's inliner can't, or the entry would grow for nothing):
 functions that are not plain jitted functions (pytensor's ``@overload``
@@ -143,10 +143,10 @@ def cost(dispatcher) -> int:
 def plan(calls: Sequence[tuple[str, str | None, object]], budget: int | None = None) -> tuple[str, ...]:
     """The names to inline among an entry's ``calls`` (``(name, op, dispatcher)`` per statement, in order).
 
-    Candidates are the names :func:`should_inline` accepts; a name is inlined
-    at all its call sites or at none. Cheapest first (instructions times call
-    sites; ties in order of first call), as long as the total stays within
-    ``budget`` (default :data:`BUDGET`). Depends on the graph's code only.
+    Candidates are the names :func:`should_inline` accepts. All of them if
+    inlining them all adds at most ``budget`` (default :data:`BUDGET`)
+    instructions (each function's instructions times its call sites), none
+    otherwise. Depends on the graph's code only.
     """
     budget = BUDGET if budget is None else budget
     sites: dict[str, int] = {}
@@ -160,12 +160,5 @@ def plan(calls: Sequence[tuple[str, str | None, object]], budget: int | None = N
             else:
                 refused.add(name)
     dispatchers = {name: d for name, _, d in calls}
-    weights = {name: n * cost(dispatchers[name]) for name, n in sites.items()}
-    order = sorted(sites, key=lambda name: weights[name])  # stable: ties keep the order of first call
-    chosen, total = set(), 0
-    for name in order:
-        if total + weights[name] > budget:
-            break
-        chosen.add(name)
-        total += weights[name]
-    return tuple(name for name in sites if name in chosen)
+    total = sum(n * cost(dispatchers[name]) for name, n in sites.items())
+    return tuple(sites) if total <= budget else ()
