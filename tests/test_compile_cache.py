@@ -132,9 +132,11 @@ DRAWS_SCRIPT = textwrap.dedent(
     import json, sys
     import nutpie
     import pmfast
+    import pmfast.compiler.inline
     from pmfast.compiler import generic
     from pmfast.models import radon_data
 
+    pmfast.compiler.inline.BUDGET = {budget}
     sys.path.insert(0, {tests!r})
     if sys.argv[1] == "populate":
         # what a used machine holds: another model compiled by an earlier process (numba's
@@ -157,14 +159,17 @@ DRAWS_SCRIPT = textwrap.dedent(
 )
 
 
-def test_same_draws_whatever_the_cache_held(tmp_path):
+@pytest.mark.parametrize("budget", [4000, 150])
+def test_same_draws_whatever_the_cache_held(tmp_path, budget):
     """One model and seed give the same draws compiled into an empty cache and into a used one
     (other processes, other caches). The used cache holds another model's compile, from which
     this one loads numba's overload implementations, and the model's node functions compiled on
     their own: an entry that called those instead of inlining them (the inline choice once
-    depended on the cache) rounded differently, and 300 NUTS steps amplify the last bit."""
+    depended on the cache) rounded differently, and 300 NUTS steps amplify the last bit. With a
+    small inline budget the entry calls most node functions: compiled now in one process, loaded
+    from the cache in the other."""
     path = tmp_path / "draws.py"
-    path.write_text(DRAWS_SCRIPT.format(tests=os.path.dirname(__file__)))
+    path.write_text(DRAWS_SCRIPT.format(tests=os.path.dirname(__file__), budget=budget))
 
     def start(kind, cache):
         env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": str(cache / "numba")}

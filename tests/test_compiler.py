@@ -241,6 +241,53 @@ def test_inlinable_rejects_what_numbas_inliner_cannot_handle():
     assert not any(inline.inlinable(f) for f in (varargs, dynamic, fstring))
 
 
+def _small(x):
+    return x + 1
+
+
+def _large(x):
+    s = 0.0
+    for i in range(x.shape[0]):
+        s += x[i] * x[i] - x[i] / (1.0 + x[i])
+    return s + x[0] - x[-1]
+
+
+def test_inline_plan_inlines_every_candidate_within_the_budget_none_beyond():
+    small, large, other = numba.njit(_small), numba.njit(_large), numba.njit(_small)
+    calls = [("a", "Elemwise", large), ("b", "Reshape", small), ("c", "Scan", other), ("b", "Reshape", small), ("d", "Sum", other)]
+    assert inline.cost(large) > 2 * inline.cost(small)
+    everything = 2 * inline.cost(small) + inline.cost(other) + inline.cost(large)  # b has two call sites
+    assert inline.plan(calls, budget=everything) == ("a", "b", "d")  # Scan is never inlined
+    assert inline.plan(calls, budget=everything - 1) == ()
+    assert inline.plan(calls) == ("a", "b", "d")
+
+
+def test_small_entries_inline_everything_wide_ones_call():
+    """The plan on real graphs: a small model's entry inlines every candidate, wide_additive's none."""
+    import ast
+
+    from pmfast.frontend import logp_dlogp_graph
+    from pmfast.loading import load_model
+    from pymc.pytensorf import compile as compile_pymc
+
+    for spec, whole in (("golf_putting", True), ("wide_additive:n=20", False)):
+        model, _ = load_model(spec)
+        joined, logp, grad, _, _ = logp_dlogp_graph(model)
+        with model:
+            fn = compile_pymc((joined,), (logp, grad), mode=pmfast.get_mode())
+        env = entry.graph_function(fn.vm.jit_fn).__globals__
+        order = fn.maker.linker.schedule(fn.maker.fgraph)
+        stmts = [ast.parse(ast.unparse(s)).body[0] for s in ast.parse(fn.vm.jit_fn.py_func.__source__).body[0].body[:-1]]
+        calls = [
+            (s.value.func.id, type(n.op).__name__, env[s.value.func.id])
+            for s, n in zip(stmts, order, strict=True)
+            if isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
+        ]
+        candidates = {name for name, op, d in calls if inline.should_inline(op, d)}
+        chosen = set(inline.plan(calls))
+        assert candidates and chosen == (candidates if whole else set()), spec
+
+
 # --- entries and callbacks --------------------------------------------------------------------
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Bump whenever the generated source or its compilation changes.
-ENTRY_VERSION = 1
+ENTRY_VERSION = 2
 
 #: Argument names of the two entry kinds (pointers), before ``ud_``.
 OUTPUT_ARGS = {"logp": ("out_", "logp_"), "expand": ("out_",)}
@@ -329,7 +329,7 @@ class PreparedEntry:
 
 
 def _inline_calls(spec: EntrySpec, env: dict) -> tuple[str, ...]:
-    """Rebind, in ``env``, the node functions ``spec`` calls that are not in the cache to inlined copies.
+    """Rebind, in ``env``, the node functions :func:`pmfast.compiler.inline.plan` picks to inlined copies.
 
     The entry's source stays the same (and so its cache key and numba's
     index key, which hashes the bytecode): only what the names refer to
@@ -339,14 +339,15 @@ def _inline_calls(spec: EntrySpec, env: dict) -> tuple[str, ...]:
 
     if len(spec.ops) != len(spec.body):
         return ()
-    done = []
+    calls = []
     for stmt, op in zip(spec.body, spec.ops):
         call = getattr(ast.parse(stmt).body[0], "value", None)
-        name = call.func.id if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
-        if name is not None and name not in done and inline.should_inline(op, env.get(name)):
-            env[name] = inline.inline_version(env[name])
-            done.append(name)
-    return tuple(done)
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
+            calls.append((call.func.id, op, env.get(call.func.id)))
+    done = inline.plan(calls)
+    for name in done:
+        env[name] = inline.inline_version(env[name])
+    return done
 
 
 def _index_exists(name: str, key: str | None) -> bool:

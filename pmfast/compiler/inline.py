@@ -18,6 +18,21 @@ depending on what was compiled before (a first compile inlined a function, a
 later one on the same machine called the cached copy). A node function
 compiled for an earlier model is therefore inlined again, not called.
 
+A wide entry calls its node functions instead (:func:`plan`). Inlined code
+is typed, lowered and optimised once per call site, and numba's passes over
+one function grow faster than its size: on a wide graph (many sibling
+blocks, each with its own gather loops) one huge entry cost more to compile
+than calling the node functions, each compiled once and shared by its call
+sites (wide_additive n=20, 170 statements: 1.4x stock's compile CPU with
+every function inlined; inlining the cheapest up to the budget still cost a
+quarter more than calling them all). Inlining everything adds each function's
+bytecode instructions times its call sites to the entry: up to
+:data:`BUDGET` it is done, as before (every small model's entry is under
+it), beyond it nothing is inlined. A called function's code is linked into
+the entry as the same optimised LLVM module whether it was compiled now or
+loaded from the cache (numba caches the linkable module next to the object
+code), so calling is as deterministic as inlining.
+
 Not inlined (numba's inliner can't, or the entry would grow for nothing):
 functions that are not plain jitted functions (pytensor's ``@overload``
 Elemwise, object-mode fallbacks), functions taking ``*args`` (Join,
@@ -36,9 +51,13 @@ import inspect
 import os
 import types
 import weakref
+from collections.abc import Sequence
 
 #: Ops whose node functions are never inlined (see the module docstring).
 NEVER = frozenset({"SpecifyShape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
+
+#: Most bytecode instructions (summed over call sites) an entry inlines; see :func:`plan`.
+BUDGET = 4000
 
 _inlined: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -108,3 +127,38 @@ def should_inline(op_name: str | None, dispatcher) -> bool:
     if op_name is None or op_name in NEVER or os.environ.get("PMFAST_INLINE", "1") == "0":
         return False
     return inline_version(dispatcher) is not None
+
+
+def _instructions(code) -> int:
+    """Bytecode instructions of ``code`` and the functions nested in it."""
+    nested = sum(_instructions(c) for c in code.co_consts if isinstance(c, types.CodeType))
+    return sum(1 for _ in dis.get_instructions(code)) + nested
+
+
+def cost(dispatcher) -> int:
+    """What inlining one call of ``dispatcher``'s function adds to an entry: its bytecode instructions."""
+    return _instructions(inner_function(dispatcher).py_func.__code__)
+
+
+def plan(calls: Sequence[tuple[str, str | None, object]], budget: int | None = None) -> tuple[str, ...]:
+    """The names to inline among an entry's ``calls`` (``(name, op, dispatcher)`` per statement, in order).
+
+    Candidates are the names :func:`should_inline` accepts. All of them if
+    inlining them all adds at most ``budget`` (default :data:`BUDGET`)
+    instructions (each function's instructions times its call sites), none
+    otherwise. Depends on the graph's code only.
+    """
+    budget = BUDGET if budget is None else budget
+    sites: dict[str, int] = {}
+    refused: set[str] = set()
+    for name, op, dispatcher in calls:
+        if name in sites:
+            sites[name] += 1
+        elif name not in refused:
+            if should_inline(op, dispatcher):
+                sites[name] = 1
+            else:
+                refused.add(name)
+    dispatchers = {name: d for name, _, d in calls}
+    total = sum(n * cost(dispatchers[name]) for name, n in sites.items())
+    return tuple(sites) if total <= budget else ()
