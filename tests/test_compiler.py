@@ -215,6 +215,20 @@ def test_elemwise_multi_output_broadcast_and_inplace_match_stock():
             fn(args[0], rng.normal(size=(1, 3)))
 
 
+def test_composite_with_a_wide_call_matches_stock():
+    """A 40-term Add inside a Composite (pytensor writes ``add(*(x0, …))``) is called, not inlined:
+    numba's inliner rejects star-args calls, and the compile used to fail without ``wide_split``."""
+    scalars, arrays = [pt.dscalar(f"s{i}") for i in range(40)], [pt.dvector(f"a{i}") for i in range(5)]
+    out = pt.add(*[pt.exp(arrays[k % 5] * scalars[k]) for k in range(40)])
+    inputs = [*scalars, *arrays]
+    ours = pytensor.function(inputs, out, mode=pmfast.get_mode("none"))  # no wide_split: one 45-input Composite
+    stock = pytensor.function(inputs, out, mode="NUMBA")
+    assert max(len(n.inputs) for n in ours.maker.fgraph.apply_nodes) > ops.MAX_ARITY
+    rng = np.random.default_rng(2)
+    args = [*(rng.normal(size=40) * 0.3), *(rng.normal(size=7) for _ in range(5))]
+    np.testing.assert_allclose(ours(*args), stock(*args), rtol=1e-14)
+
+
 # --- inlining -------------------------------------------------------------------------------
 
 

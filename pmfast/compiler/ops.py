@@ -52,7 +52,9 @@ import hashlib
 import numpy as np
 
 #: Bump when an implementation here changes (part of its cache key).
-VERSION = 5
+VERSION = 6
+#: Calls with more arguments compile to ``CALL_FUNCTION_EX`` (see :func:`_scalar_code`).
+MAX_ARITY = 30
 
 
 class SpecifyShapeError(AssertionError):
@@ -83,12 +85,24 @@ def _specify_shape(op, node):
     return numba_njit(fn), key
 
 
+def _star_call(call) -> bool:
+    """Whether CPython passes ``call``'s arguments as one tuple (``CALL_FUNCTION_EX``): ``f(*xs)``, or wide."""
+    import ast
+
+    return len(call.args) > MAX_ARITY or any(isinstance(a, ast.Starred) for a in call.args)
+
+
 def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
     """Statements computing ``temps`` from ``ins`` with ``scalar_op``, and the globals they need.
 
     A Composite's scalar graph function (a straight line of scalar op calls)
     is inlined statement by statement; any other scalar op is called. The
-    scalar op functions are inlined copies (:mod:`pmfast.compiler.inline`).
+    scalar op functions are inlined copies (:mod:`pmfast.compiler.inline`),
+    except where a call passes its arguments as one tuple (``CALL_FUNCTION_EX``:
+    ``add(*(x0, …))``, which pytensor writes for wide calls, or more than
+    :data:`MAX_ARITY` arguments), which numba can't inline ("Calling a closure
+    with *args is unsupported": a 41-term Add in a Composite, hier_var without
+    ``wide_split``).
     """
     import ast
 
@@ -103,11 +117,14 @@ def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
         ok = isinstance(fdef, ast.FunctionDef) and not fdef.args.vararg and len(fdef.args.args) == len(ins)
         fdef = fdef if ok and isinstance(fdef.body[-1], ast.Return) else None
     if fdef is None:
-        env["scalar_fn"] = inline.inline_version(scalar_fn) or scalar_fn
+        env["scalar_fn"] = (len(ins) <= MAX_ARITY and inline.inline_version(scalar_fn)) or scalar_fn
         return [f"{', '.join(temps)} = scalar_fn({', '.join(ins)})"], env
     env.update(scalar_fn.py_func.__globals__)
+    wide = {c.func.id for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and _star_call(c)}
     for name, value in list(env.items()):
-        if isinstance(value, inline._dispatcher_type()) and (copy := inline.inline_version(value)) is not None:
+        if name in wide or not isinstance(value, inline._dispatcher_type()):
+            continue
+        if (copy := inline.inline_version(value)) is not None:
             env[name] = copy
     lines = [f"{a.arg} = {i}" for a, i in zip(fdef.args.args, ins)]
     lines += [ast.unparse(stmt) for stmt in fdef.body[:-1]]
