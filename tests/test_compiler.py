@@ -331,6 +331,19 @@ def test_entry_writes_the_gradient_join_in_place(tiny):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-12)
 
 
+def test_entry_fastmath_keeps_the_loops_sums_in_order(tiny):
+    """Inlined node functions get the entry's flags: no ``reassoc`` (a fused loop's running sum would be
+    split into two dependent operations per row), pytensor's other flags (FMA contraction) kept."""
+    from pytensor import config
+
+    _, compiled = tiny
+    flags = compiled.kernels[0].dispatcher.targetoptions["fastmath"]
+    if config.numba__fastmath:
+        assert "reassoc" not in flags and {"contract", "nsz"} <= set(flags)
+    else:
+        assert not flags
+
+
 def test_callback_return_codes(tiny):
     _, compiled = tiny
     x = np.zeros(compiled.n_dim)
