@@ -344,6 +344,26 @@ def test_entry_fastmath_keeps_the_loops_sums_in_order(tiny):
         assert not flags
 
 
+def test_internal_subroutines_follow_the_callers_fastmath():
+    """numba's ``np.sum`` is a memoised internal subroutine lowered with its caller's flags: a caller
+    without ``reassoc`` compiled after one with pytensor's full set must not get the reassociated sum
+    (the entry's draws then depended on what the process had compiled before)."""
+    import re
+
+    compiler.setup()
+    full = {"nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
+    with_reassoc = numba.njit(fastmath=full)(lambda a: np.sum(a))
+    without = numba.njit(fastmath=set(entry.FASTMATH))(lambda a: np.sum(a))
+    a = np.linspace(-1.0, 1.0, 101)
+    with_reassoc(a), without(a)
+
+    def fadd_flags(f):
+        return set(re.findall(r"fadd ([a-z ]*?)double", str(f.overloads[f.signatures[0]].library._final_module)))
+
+    assert fadd_flags(with_reassoc) == {"fast "}
+    assert fadd_flags(without) and not {s for s in fadd_flags(without) if "fast" in s or "reassoc" in s}
+
+
 def test_callback_return_codes(tiny):
     _, compiled = tiny
     x = np.zeros(compiled.n_dim)

@@ -19,6 +19,9 @@ process would otherwise compile for cheaper equivalents;
 :mod:`~pmfast.compiler.cache` makes unreadable cache entries misses;
 :mod:`~pmfast.compiler.generic` caches numba's own ``@overload``
 implementations, which numba compiles again in every process.
+:mod:`~pmfast.compiler.subroutines` keeps numba's internal subroutines
+(``np.sum``…) apart per fast-math flags, so an entry's code does not depend
+on what the process compiled before.
 :mod:`~pmfast.compiler.frames` makes pytensor's failed graph validations
 cheap. :func:`setup` installs them all (once per process).
 """
@@ -26,9 +29,10 @@ cheap. :func:`setup` installs them all (once per process).
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import cache, frames, generic, overloads
+    from pmfast.compiler import cache, frames, generic, overloads, subroutines
 
     overloads.install()
+    subroutines.install()
     cache.install()
     frames.install()
     generic.install()

@@ -28,8 +28,10 @@ from __future__ import annotations
 
 import contextlib
 
-#: Bump when an installed implementation changes (part of pmfast's cache keys).
-VERSION = 1
+#: Bump when an installed implementation changes (part of pmfast's cache keys); also
+#: bumped for :mod:`pmfast.compiler.subroutines` (entries cached before it may hold a
+#: subroutine lowered with another caller's fast-math flags).
+VERSION = 2
 
 _installed = False
 
