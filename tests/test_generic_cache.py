@@ -38,7 +38,7 @@ SCRIPT = textwrap.dedent(
 def run(tmp_path, cache_dir, **env):
     path = tmp_path / "generic_script.py"
     path.write_text(SCRIPT)
-    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache_dir}", **env}
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache_dir}", "PMFAST_GENERIC_CACHE": "1", **env}
     out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -71,11 +71,12 @@ def test_overload_implementations_load_in_a_new_process_and_rebuild_when_corrupt
 
 
 def test_nothing_cached_when_switched_off(tmp_path):
-    off = run(tmp_path, tmp_path / "off", PMFAST_GENERIC_CACHE="0")
-    assert off["generic"] == {}
-    assert not generic_files(tmp_path / "off")
+    for value in ("0", ""):  # off, and off by default
+        off = run(tmp_path, tmp_path / f"off{value}", PMFAST_GENERIC_CACHE=value)
+        assert off["generic"] == {}
+        assert not generic_files(tmp_path / f"off{value}")
     path = tmp_path / "generic_script.py"
-    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'nocache'},numba__cache=False"}
+    env = {**os.environ, "PMFAST_GENERIC_CACHE": "1", "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'nocache'},numba__cache=False"}
     out = subprocess.run([sys.executable, str(path)], env=env, capture_output=True, text=True, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout.strip().splitlines()[-1])["generic"] == {}

@@ -28,9 +28,13 @@ every overload its node functions call.
 An implementation is called, never inlined at numba's IR level, whether it
 was compiled or loaded; the IR a caller links is the same (numba saves a
 library with the module it links into callers), so cache state does not
-change the code an entry is built from. Nothing is cached when pytensor's
-numba cache is off (``config.numba__cache``) or ``PMFAST_GENERIC_CACHE=0``
-(read at each overload build). Implementations numba will not cache
+change the code an entry is built from. **Opt-in** (``PMFAST_GENERIC_CACHE=1``,
+read at each overload build): with an entry that calls its node functions (the
+inline budget of :mod:`pmfast.compiler.inline`, wide graphs) one seed gave other
+draws on a cache filled by an earlier process than on an empty one
+(``tests/test_compile_cache.py``'s budget-150 variant with the cache on), a
+cause not yet found; pmfast's default keeps draws independent of the cache.
+Nothing is cached when pytensor's numba cache is off (``config.numba__cache``). Implementations numba will not cache
 (dynamic globals, lifted loops) and those closing over a value without a
 fingerprint are compiled as before.
 """
@@ -51,8 +55,8 @@ _dispatchers: weakref.WeakSet = weakref.WeakSet()
 
 
 def enabled() -> bool:
-    """Whether overload implementations are cached now (``PMFAST_GENERIC_CACHE``, pytensor's numba cache)."""
-    if os.environ.get("PMFAST_GENERIC_CACHE", "1") == "0":
+    """Whether overload implementations are cached now (``PMFAST_GENERIC_CACHE=1``, pytensor's numba cache)."""
+    if os.environ.get("PMFAST_GENERIC_CACHE", "0") != "1":
         return False
     from pytensor import config
 
