@@ -162,12 +162,6 @@ def worker(model_spec, side, passes, top):
     out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "timings": timings}
     out.update(rec.summary(top))
     out["n_dim"] = int(compiled.n_dim)
-    try:
-        from pmfast.compiler import generic
-
-        out["generic"] = dict(generic.stats())
-    except ImportError:  # a checkout from before pmfast.compiler.generic
-        pass
     return out
 
 
@@ -196,8 +190,6 @@ def main(argv=None):
     for k, v in r["timings"].items():
         print(f"  stage {k:<36}{v:7.2f}")
     print(f"  numba functions compiled: {r['n_functions']}; cache loads {r['n_cache_loads']} ({r['cache_load_total']:.2f} s)")
-    if "generic" in r:
-        print(f"  numba overload implementations (compiler/generic.py): {r['generic']}")
     print(f"  inside LLVM (lock held): {r['llvm_total']:.2f} s; " + ", ".join(f"{k} {v:.2f}" for k, v in r["llvm_steps"].items()))
     for k, v in sorted(r["by_phase"].items(), key=lambda kv: -kv[1]):
         print(f"  phase {k:<36}{v:7.2f}  (of which in LLVM {r['llvm_by_phase'].get(k, 0):.2f})")

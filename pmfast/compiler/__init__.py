@@ -17,8 +17,6 @@ A compile (``pmfast.compile`` → :func:`pmfast.nutpie_glue.compile_numba`):
 :mod:`~pmfast.compiler.overloads` swaps numba generic code that every new
 process would otherwise compile for cheaper equivalents;
 :mod:`~pmfast.compiler.cache` makes unreadable cache entries misses;
-:mod:`~pmfast.compiler.generic` caches numba's own ``@overload``
-implementations, which numba compiles again in every process.
 :mod:`~pmfast.compiler.subroutines` keeps numba's internal subroutines
 (``np.sum``…) apart per fast-math flags, so an entry's code does not depend
 on what the process compiled before.
@@ -29,10 +27,9 @@ cheap. :func:`setup` installs them all (once per process).
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import cache, frames, generic, overloads, subroutines
+    from pmfast.compiler import cache, frames, overloads, subroutines
 
     overloads.install()
     subroutines.install()
     cache.install()
     frames.install()
-    generic.install()
