@@ -331,6 +331,19 @@ def test_entry_writes_the_gradient_join_in_place(tiny):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-12)
 
 
+def test_entry_fastmath_keeps_the_loops_sums_in_order(tiny):
+    """Inlined node functions get the entry's flags: no ``reassoc`` (a fused loop's running sum would be
+    split into two dependent operations per row), pytensor's other flags (FMA contraction) kept."""
+    from pytensor import config
+
+    _, compiled = tiny
+    flags = compiled.kernels[0].dispatcher.targetoptions["fastmath"]
+    if config.numba__fastmath:
+        assert "reassoc" not in flags and {"contract", "nsz"} <= set(flags)
+    else:
+        assert not flags
+
+
 def test_internal_subroutines_follow_the_callers_fastmath():
     """numba's ``np.sum`` is a memoised internal subroutine lowered with its caller's flags: a caller
     without ``reassoc`` compiled after one with pytensor's full set must not get the reassociated sum
@@ -340,7 +353,7 @@ def test_internal_subroutines_follow_the_callers_fastmath():
     compiler.setup()
     full = {"nnan", "ninf", "nsz", "arcp", "contract", "afn", "reassoc"}
     with_reassoc = numba.njit(fastmath=full)(lambda a: np.sum(a))
-    without = numba.njit(fastmath={"afn", "arcp", "contract", "nsz"})(lambda a: np.sum(a))
+    without = numba.njit(fastmath=set(entry.FASTMATH))(lambda a: np.sum(a))
     a = np.linspace(-1.0, 1.0, 101)
     with_reassoc(a), without(a)
 

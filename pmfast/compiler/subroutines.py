@@ -8,10 +8,10 @@ signature and error model only, and every target context derived from one
 (``subtarget``, one per compile) shares that dict. So the first compile in a
 process fixes the flags of the helper for all later ones: a reduction
 compiled for a node function with pytensor's flags (``reassoc`` lets LLVM
-vectorise the sum) was reused by a function compiled without ``reassoc``, and
-its sum rounded one way in a fresh process and another in a process that had
-compiled the other function first (found with an entry compiled without
-``reassoc``: the same seed gave different draws).
+vectorise the sum) was reused by an entry compiled without ``reassoc``
+(:func:`pmfast.compiler.entry.entry_fastmath`), and the entry's sum rounded
+one way in a fresh process and another in a process that had evaluated the
+model with pytensor first: the same seed gave different draws.
 
 :func:`install` makes each derived context use the memo of its own flags:
 contexts with equal flags still share one, so nothing is compiled more than
