@@ -145,3 +145,18 @@ def test_entry_timer_times_the_entry_nutpie_calls(tiny):
     np.testing.assert_allclose(grad, ref_grad, rtol=1e-12)
     times = timer(x, 3, seconds=0.01)
     assert len(times) == 3 and min(times) > 0
+
+
+def test_workers_time_blas_on_one_thread(monkeypatch):
+    """The thread CPU clock does not count a BLAS pool's threads: workers get one BLAS thread unless the user set it."""
+    seen = {}
+
+    def fake_run(cmd, **kwargs):
+        seen.update(kwargs["env"])
+        return subprocess.CompletedProcess(cmd, 0, stdout='{"model": "m"}', stderr="")
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setenv("MKL_NUM_THREADS", "4")
+    bench._worker("m", "none", 5, cold=False)
+    assert seen["OPENBLAS_NUM_THREADS"] == "1" and seen["OMP_NUM_THREADS"] == "1" and seen["MKL_NUM_THREADS"] == "4"
