@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 #: Bump whenever the generated source or its compilation changes.
-ENTRY_VERSION = 3
+ENTRY_VERSION = 4
 
 
 def entry_fastmath():
@@ -97,6 +97,12 @@ class EntrySpec:
     pieces: tuple[tuple[str, ...] | None, ...]
     ops: tuple[str | None, ...] = ()
     """The op (class name) each ``body`` statement computes, when known."""
+    env: tuple[tuple[str, object], ...] = ()
+    """Globals the body needs beyond the graph function's (:mod:`pmfast.compiler.scalars`)."""
+    scalars: frozenset = frozenset()
+    """Names the body holds as numba floats instead of 0-d arrays."""
+    slots: int = 0
+    """float64 stack slots the body uses (``_pm_sbuf``)."""
 
 
 def shared_slots(user_data: np.ndarray, names, dtypes) -> tuple[SharedSlot, ...]:
@@ -200,14 +206,23 @@ def describe(kind: str, fn, user_data, shared_names, shared_dtypes, n_in: int, n
             pieces[vector] = tuple(found)
             drop = at
     body = tuple(ast.unparse(s) for i, s in enumerate(stmts) if i != drop)
-    ops = _statement_ops(fn, stmts)
+    ops, nodes = _statement_ops(fn, stmts)
     ops = tuple(o for i, o in enumerate(ops) if i != drop) if ops else ()
+    extra = {}
+    if ops and os.environ.get("PMFAST_ENTRY_SCALARS", "1") != "0":
+        from pmfast.compiler import scalars
+
+        kept = [i for i in range(len(stmts)) if i != drop]
+        done = scalars.rewrite([stmts[i] for i in kept], [nodes[i] for i in kept], ops, py_func.__globals__)
+        if done is not None:
+            body, ops = tuple(done.body), tuple(done.ops)
+            extra = {"env": tuple(sorted(done.env.items(), key=lambda kv: kv[0])), "scalars": done.scalars, "slots": done.slots}
     slots = shared_slots(user_data, shared_names, shared_dtypes)
-    return EntrySpec(kind, n_in, n_out, user_data.dtype.itemsize // 8, slots, inputs, body, outputs, tuple(pieces), ops)
+    return EntrySpec(kind, n_in, n_out, user_data.dtype.itemsize // 8, slots, inputs, body, outputs, tuple(pieces), ops, **extra)
 
 
-def _statement_ops(fn, stmts) -> tuple[str | None, ...]:
-    """The op class name of each graph statement (pytensor emits one call per node, in the linker's schedule).
+def _statement_ops(fn, stmts) -> tuple[tuple[str | None, ...], tuple]:
+    """The op class name and the node of each graph statement (pytensor emits one call per node, in the linker's schedule).
 
     Empty if the statements don't line up with the schedule.
     """
@@ -216,17 +231,17 @@ def _statement_ops(fn, stmts) -> tuple[str | None, ...]:
     try:
         order = fn.maker.linker.schedule(fn.maker.fgraph)
     except Exception:
-        return ()
+        return (), ()
     if len(order) != len(stmts):
-        return ()
+        return (), ()
     names = []
     for node, stmt in zip(order, stmts):
         n_targets = len(stmt.targets[0].elts) if isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Tuple) else 1
         if not isinstance(stmt, ast.Assign) or n_targets != len(node.outputs):
-            return ()
+            return (), ()
         mro = [c.__name__ for c in type(node.op).__mro__]
         names.append(next((c for c in mro if c in NEVER), mro[0]))
-    return tuple(names)
+    return tuple(names), tuple(order)
 
 
 def _graph_output_index(kind: str, k: int) -> int:
@@ -244,6 +259,8 @@ def generate_source(spec: EntrySpec, name: str = "entry") -> str:
     for i, (slot, arg) in enumerate(zip(spec.shared, spec.inputs[1:], strict=True)):
         shape = "".join(f"_pm_ud[{slot.shape_word + k}], " for k in range(slot.ndim))
         emit(f"    {arg} = _pm_view(_pm_ud[{slot.data_word}], ({shape}), _pm_dt{i})")
+    if spec.slots:
+        emit(f"    _pm_sbuf = _pm_stack({spec.slots})")
     lines += ["    " + line for stmt in spec.body for line in stmt.splitlines()]
     # logp graphs return (logp, grad): the vector is graph output 1, entry output 0
     vector = _graph_output_index(spec.kind, 0)
@@ -259,7 +276,8 @@ def generate_source(spec: EntrySpec, name: str = "entry") -> str:
     emit(f"    if _pm_at != {spec.n_out}:")
     emit(f"        raise ValueError('{spec.kind} entry: the outputs do not fill the {spec.n_out} values expected')")
     if spec.kind == "logp":
-        emit(f"    logp_[0] = {spec.outputs[0]}[()]")
+        logp = spec.outputs[0]
+        emit(f"    logp_[0] = {logp if logp in spec.scalars else logp + '[()]'}")
     emit("    return 0")
     return "\n".join(lines) + "\n"
 
@@ -390,6 +408,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     py_graph = graph_function(fn.vm.jit_fn)
     name = f"{spec.kind}_entry"
     env = dict(py_graph.__globals__)
+    env.update(spec.env)
     src = generate_source(spec, name)
     options = {}
     if getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
@@ -403,6 +422,8 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     env.update(
         __name__=__name__,  # a real module: numba pickles the environment by module name
         _pm_view=native.array_view,
+        _pm_stack=native.stack_buffer,
+        _pm_cell=native.cell,
         _pm_u64=np.uint64,
         _pm_f64=np.float64,
         **{f"_pm_dt{i}": np.dtype(s.dtype).type for i, s in enumerate(spec.shared)},

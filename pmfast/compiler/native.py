@@ -218,6 +218,46 @@ def empty(typingctx, shape, dtype):
     return arrty(shape, dtype), codegen
 
 
+@intrinsic(prefer_literal=True)
+def stack_buffer(typingctx, n):
+    """``stack_buffer(n)``: ``n`` float64 slots in the calling function's stack frame, as a 1-d array.
+
+    ``n`` is a literal. The memory lives until the function returns; the array
+    has no meminfo (views of it never own or free anything). The entry keeps
+    its 0-d values there when a node function needs them as arrays
+    (:mod:`pmfast.compiler.scalars`): no heap allocation per call.
+    """
+    if not isinstance(n, types.IntegerLiteral):
+        return None
+    count = n.literal_value
+    arrty = types.Array(types.float64, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        slots = cgutils.alloca_once(builder, ir.DoubleType(), size=count)
+        ary = make_array(arrty)(context, builder)
+        populate_array(ary, data=slots, shape=[cgutils.intp_t(count)], strides=[cgutils.intp_t(8)], itemsize=cgutils.intp_t(8), meminfo=None)
+        return ary._getvalue()
+
+    return arrty(n), codegen
+
+
+@intrinsic
+def cell(typingctx, ary, k):
+    """``cell(ary, k)``: a 0-d view of element ``k`` of the 1-d float64 array ``ary`` (no meminfo)."""
+    if not (isinstance(ary, types.Array) and ary.ndim == 1 and ary.dtype == types.float64 and isinstance(k, types.Integer)):
+        return None
+    outty = types.Array(types.float64, 0, "C")
+
+    def codegen(context, builder, sig, args):
+        src = make_array(ary)(context, builder, args[0])
+        index = context.cast(builder, args[1], sig.args[1], types.intp)
+        out = make_array(outty)(context, builder)
+        populate_array(out, data=builder.gep(src.data, [index]), shape=[], strides=[], itemsize=cgutils.intp_t(8), meminfo=None)
+        return out._getvalue()
+
+    return outty(ary, k), codegen
+
+
 @intrinsic
 def data_pointer(typingctx, ary):
     """``data_pointer(ary)``: the array's data as a ``CPointer`` of its dtype (for calls into C-ABI code)."""

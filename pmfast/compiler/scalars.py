@@ -1,0 +1,223 @@
+"""0-d values as numba floats inside an entry, not as 0-d arrays.
+
+A graph function passes every value between node functions as an array; a
+0-d result is a heap-allocated 0-d array (numba's meminfo, ``malloc``,
+``free``, reference counts). The scalar parameters of a hierarchical model
+make most of a small model's nodes 0-d: radon_intercept's entry allocated 23
+arrays per call, 15 of them 0-d values (the point's scalar entries, the
+scalar Composites of ``scalarize``, the sums), about a tenth of its time.
+
+Inside the entry (:mod:`pmfast.compiler.entry`) these statements hold their
+float64 0-d results as numba floats instead:
+
+* an ``Elemwise`` whose inputs and outputs are all 0-d (float64 outputs) and
+  whose node function is pmfast's (:mod:`pmfast.compiler.ops`): its core
+  function's scalar code, returning the values instead of storing them;
+* a ``Subtensor`` taking one element (integer indices only): ``x[i]``, the
+  expression pytensor's implementation evaluates;
+* a ``Sum`` over all axes whose accumulator is its output dtype:
+  ``x.sum()``, the expression pytensor's ``impl_sum`` evaluates.
+
+Same scalar code, same operations, so the values are the same as the
+node functions' inlined into the entry. A consumer that needs an array gets
+a view of a slot in the entry's stack frame (:func:`pmfast.compiler.native.stack_buffer`)
+holding the value: a ``(1,)`` view for an ``ExpandDims`` of it, a 0-d view
+otherwise. The graph function itself is unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+
+#: The entry's name for its stack slots.
+BUFFER = "_pm_sbuf"
+
+
+@dataclass
+class ScalarBody:
+    """The entry body with 0-d values as floats: statements, their ops, new globals, names held as floats."""
+
+    body: list[str]
+    ops: list[str | None]
+    env: dict = field(default_factory=dict)
+    scalars: frozenset = frozenset()
+    slots: int = 0
+
+
+def _call(stmt):
+    value = stmt.value if isinstance(stmt, ast.Assign) else None
+    return value if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) else None
+
+
+def _targets(stmt) -> list[str] | None:
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return None
+    t = stmt.targets[0]
+    elts = t.elts if isinstance(t, ast.Tuple) else [t]
+    return [e.id for e in elts] if all(isinstance(e, ast.Name) for e in elts) else None
+
+
+def _names(args) -> list[str] | None:
+    return [a.id for a in args] if all(isinstance(a, ast.Name) for a in args) else None
+
+
+def _scalar_core(dispatcher, n_out: int):
+    """A numba function returning what pmfast's Elemwise node function ``dispatcher`` stores, or None.
+
+    Built from the node function's core (:func:`pmfast.compiler.ops._vectorized_source`):
+    the same statements, the stores ``_pm_oK[()] = _pm_tK`` replaced by a return.
+    """
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import inline
+
+    inner = inline.inner_function(dispatcher)
+    core = getattr(inner, "py_func", None) and inner.py_func.__globals__.get("core")
+    src = getattr(getattr(core, "py_func", None), "__source__", None)
+    if src is None:
+        return None
+    fdef = ast.parse(src).body[0]
+    if not isinstance(fdef, ast.FunctionDef):
+        return None
+    params = [a.arg for a in fdef.args.args]
+    n_in = len(params) - n_out
+    outs, ins = params[n_in:], params[:n_in]
+    stores = fdef.body[-n_out:]
+    temps = []
+    for stmt, o in zip(stores, outs, strict=True):
+        target = stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None
+        if not (isinstance(target, ast.Subscript) and isinstance(target.value, ast.Name) and target.value.id == o):
+            return None
+        if not isinstance(stmt.value, ast.Name):
+            return None
+        temps.append(stmt.value.id)
+    uses = {n.id for s in fdef.body[:-n_out] for n in ast.walk(s) if isinstance(n, ast.Name)}
+    if uses & set(outs):
+        return None
+    lines = [ast.unparse(s) for s in fdef.body[:-n_out]]
+    lines.append(f"return {', '.join(temps)}" + ("," if n_out == 1 else ""))
+    new_src = f"def scalar_core({', '.join(ins)}):\n" + "".join(f"    {line}\n" for line in lines)
+    env = dict(core.py_func.__globals__)
+    return numba_njit(compile_numba_function_src(new_src, "scalar_core", env, env))
+
+
+def _is_f64_scalar(var) -> bool:
+    return getattr(var.type, "ndim", None) == 0 and getattr(var.type, "dtype", None) == "float64"
+
+
+def _kind(node, dispatcher) -> str | None:
+    """How the entry computes ``node`` with float results: ``elemwise``, ``element``, ``sum``, or None."""
+    from pytensor.tensor.elemwise import Elemwise
+    from pytensor.tensor.math import Sum
+    from pytensor.tensor.subtensor import Subtensor
+
+    from pmfast.compiler import inline
+
+    op = node.op
+    if not all(_is_f64_scalar(o) for o in node.outputs):
+        return None
+    if isinstance(op, Elemwise):
+        return "elemwise" if all(i.type.ndim == 0 for i in node.inputs) else None
+    if type(op) is Subtensor:
+        x = node.inputs[0]
+        if len(op.idx_list) == x.type.ndim and not any(isinstance(e, slice) for e in op.idx_list):
+            if all(getattr(i.type, "dtype", "").startswith(("int", "uint")) for i in node.inputs[1:]):
+                return "element"
+        return None
+    if isinstance(op, Sum) and node.inputs[0].type.ndim >= 1 and node.inputs[0].type.dtype == "float64":
+        axes = op.axis if op.axis is not None else tuple(range(node.inputs[0].type.ndim))
+        acc = getattr(op, "acc_dtype", None) or "float64"
+        inner = inline.inner_function(dispatcher)
+        is_impl_sum = inner is not None and inner.py_func.__name__ == "impl_sum"
+        if len(axes) == node.inputs[0].type.ndim and acc == "float64" and is_impl_sum:
+            return "sum"
+    return None
+
+
+def _expand_dims_of_scalar(node) -> bool:
+    from pytensor.tensor.elemwise import DimShuffle
+
+    return isinstance(node.op, DimShuffle) and node.inputs[0].type.ndim == 0 and tuple(node.op.new_order) == ("x",)
+
+
+def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
+    """The entry body of graph statements ``stmts`` (one per node of ``nodes``, in order) with 0-d floats.
+
+    ``ops`` are the statements' op names, ``env`` the graph function's globals.
+    None if no statement changes.
+    """
+    scalars: set[str] = set()
+    views: dict[str, str] = {}  # scalar name -> name of its 0-d view, once made
+    out_body: list[str] = []
+    out_ops: list[str | None] = []
+    new_env: dict = {}
+    slots = 0
+    changed = False
+    cores: dict = {}
+
+    def slot_for(name: str) -> int:
+        nonlocal slots
+        slots += 1
+        out_body.append(f"{BUFFER}[{slots - 1}] = {name}")
+        out_ops.append(None)
+        return slots - 1
+
+    def as_array(name: str) -> str:
+        if name not in views:
+            k = slot_for(name)
+            views[name] = f"{name}_pm_view"
+            out_body.append(f"{views[name]} = _pm_cell({BUFFER}, {k})")
+            out_ops.append(None)
+        return views[name]
+
+    for stmt, node, op in zip(stmts, nodes, ops, strict=True):
+        call, targets = _call(stmt), _targets(stmt)
+        args = _names(call.args) if call is not None else None
+        ok = args is not None and targets is not None and len(targets) == len(node.outputs) and len(args) == len(node.inputs)
+        kind = _kind(node, env.get(call.func.id)) if ok else None
+        if kind == "elemwise":
+            fname = call.func.id
+            if fname not in cores:
+                cores[fname] = _scalar_core(env.get(fname), len(node.outputs))
+            if cores[fname] is None:
+                kind = None
+        if kind is not None:
+            changed = True
+            ins = [a if a in scalars else f"{a}[()]" for a in args]
+            if kind == "elemwise":
+                name = f"_pm_scalar_{call.func.id}"
+                new_env[name] = cores[call.func.id]
+                out_body.append(f"{', '.join(targets)}{',' if len(targets) == 1 else ''} = {name}({', '.join(ins)})")
+                out_ops.append("Elemwise")
+            elif kind == "element":
+                x = args[0] if args[0] not in scalars else as_array(args[0])
+                out_body.append(f"{targets[0]} = {x}[{', '.join(args[1:])}]")
+                out_ops.append(None)
+            else:
+                out_body.append(f"{targets[0]} = {args[0]}.sum()")
+                out_ops.append(None)
+            scalars.update(targets)
+            continue
+        if ok and _expand_dims_of_scalar(node) and args[0] in scalars:
+            changed = True
+            k = slot_for(args[0])
+            out_body.append(f"{targets[0]} = {BUFFER}[{k}:{k + 1}]")
+            out_ops.append(None)
+            continue
+        used = sorted({n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name) and n.id in scalars}) if isinstance(stmt, ast.Assign) else []
+        if used:
+            changed = True
+            mapping = {n: as_array(n) for n in used}
+
+            class _Swap(ast.NodeTransformer):
+                def visit_Name(self, n):
+                    return ast.copy_location(ast.Name(mapping.get(n.id, n.id), n.ctx), n)
+
+            stmt = ast.Assign(stmt.targets, _Swap().visit(stmt.value), lineno=0)
+        out_body.append(ast.unparse(stmt))
+        out_ops.append(op)
+    if not changed:
+        return None
+    return ScalarBody(out_body, out_ops, new_env, frozenset(scalars), slots)
