@@ -33,7 +33,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -101,8 +101,10 @@ class EntrySpec:
     """Globals the body needs beyond the graph function's (:mod:`pmfast.compiler.scalars`)."""
     scalars: frozenset = frozenset()
     """Names the body holds as numba floats instead of 0-d arrays."""
-    slots: int = 0
-    """float64 stack slots the body uses (``_pm_sbuf``)."""
+    buffers: tuple[tuple[str, str, int], ...] = ()
+    """Stack buffers the body uses: ``(name, global naming its numpy type, slots)``."""
+    nodes: tuple = field(default=(), compare=False, repr=False)
+    """The graph node each ``body`` statement computes (when ``ops`` is known)."""
 
 
 def shared_slots(user_data: np.ndarray, names, dtypes) -> tuple[SharedSlot, ...]:
@@ -208,17 +210,25 @@ def describe(kind: str, fn, user_data, shared_names, shared_dtypes, n_in: int, n
     body = tuple(ast.unparse(s) for i, s in enumerate(stmts) if i != drop)
     ops, nodes = _statement_ops(fn, stmts)
     ops = tuple(o for i, o in enumerate(ops) if i != drop) if ops else ()
-    extra = {}
-    if ops and os.environ.get("PMFAST_ENTRY_SCALARS", "1") != "0":
-        from pmfast.compiler import scalars
-
-        kept = [i for i in range(len(stmts)) if i != drop]
-        done = scalars.rewrite([stmts[i] for i in kept], [nodes[i] for i in kept], ops, py_func.__globals__)
-        if done is not None:
-            body, ops = tuple(done.body), tuple(done.ops)
-            extra = {"env": tuple(sorted(done.env.items(), key=lambda kv: kv[0])), "scalars": done.scalars, "slots": done.slots}
+    nodes = tuple(o for i, o in enumerate(nodes) if i != drop) if ops else ()
     slots = shared_slots(user_data, shared_names, shared_dtypes)
-    return EntrySpec(kind, n_in, n_out, user_data.dtype.itemsize // 8, slots, inputs, body, outputs, tuple(pieces), ops, **extra)
+    return EntrySpec(kind, n_in, n_out, user_data.dtype.itemsize // 8, slots, inputs, body, outputs, tuple(pieces), ops, nodes=nodes)
+
+
+def with_scalars(spec: EntrySpec, env: dict) -> EntrySpec | None:
+    """``spec`` with its 0-d values held as numba scalars (:mod:`pmfast.compiler.scalars`), or None if nothing changes.
+
+    ``env`` is the graph function's globals. ``PMFAST_ENTRY_SCALARS=0`` turns it off.
+    """
+    from pmfast.compiler import scalars
+
+    if os.environ.get("PMFAST_ENTRY_SCALARS", "1") == "0" or not spec.nodes or len(spec.nodes) != len(spec.body):
+        return None
+    done = scalars.rewrite([ast.parse(s).body[0] for s in spec.body], spec.nodes, spec.ops, env)
+    if done is None:
+        return None
+    new_env = tuple(sorted(done.env.items(), key=lambda kv: kv[0]))
+    return replace(spec, body=tuple(done.body), ops=tuple(done.ops), env=new_env, scalars=done.scalars, buffers=done.buffers, nodes=())
 
 
 def _statement_ops(fn, stmts) -> tuple[tuple[str | None, ...], tuple]:
@@ -259,8 +269,8 @@ def generate_source(spec: EntrySpec, name: str = "entry") -> str:
     for i, (slot, arg) in enumerate(zip(spec.shared, spec.inputs[1:], strict=True)):
         shape = "".join(f"_pm_ud[{slot.shape_word + k}], " for k in range(slot.ndim))
         emit(f"    {arg} = _pm_view(_pm_ud[{slot.data_word}], ({shape}), _pm_dt{i})")
-    if spec.slots:
-        emit(f"    _pm_sbuf = _pm_stack({spec.slots})")
+    for buffer, dtype, n in spec.buffers:
+        emit(f"    {buffer} = _pm_stack({n}, {dtype})")
     lines += ["    " + line for stmt in spec.body for line in stmt.splitlines()]
     # logp graphs return (logp, grad): the vector is graph output 1, entry output 0
     vector = _graph_output_index(spec.kind, 0)
@@ -366,13 +376,8 @@ class PreparedEntry:
         return Entry(self.spec, self.source, self.key, self.dispatcher, native.native_address(self.dispatcher, sig), hit)
 
 
-def _inline_calls(spec: EntrySpec, env: dict) -> tuple[str, ...]:
-    """Rebind, in ``env``, the node functions :func:`pmfast.compiler.inline.plan` picks to inlined copies.
-
-    The entry's source stays the same (and so its cache key and numba's
-    index key, which hashes the bytecode): only what the names refer to
-    changes. Returns the names rebound.
-    """
+def _inline_plan(spec: EntrySpec, env: dict) -> tuple[str, ...]:
+    """The node functions of ``spec``'s body :func:`pmfast.compiler.inline.plan` picks to inline (depends on the graph only)."""
     from pmfast.compiler import inline
 
     if len(spec.ops) != len(spec.body):
@@ -382,10 +387,26 @@ def _inline_calls(spec: EntrySpec, env: dict) -> tuple[str, ...]:
         call = getattr(ast.parse(stmt).body[0], "value", None)
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
             calls.append((call.func.id, op, env.get(call.func.id)))
-    done = inline.plan(calls)
-    for name in done:
-        env[name] = inline.inline_version(env[name])
-    return done
+    return inline.plan(calls)
+
+
+def _inline_calls(spec: EntrySpec, env: dict, names) -> tuple[str, ...]:
+    """Rebind, in ``env``, the functions ``names`` (those ``spec``'s body calls) to inlined copies.
+
+    The entry's source stays the same (and so its cache key and numba's
+    index key, which hashes the bytecode): only what the names refer to
+    changes. Returns the names rebound.
+    """
+    from pmfast.compiler import inline
+
+    called = {c.func.id for s in spec.body for c in ast.walk(ast.parse(s)) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    done = []
+    for name in names:
+        copy = inline.inline_version(env[name]) if name in called else None
+        if copy is not None:
+            env[name] = copy
+            done.append(name)
+    return tuple(done)
 
 
 def _index_exists(name: str, key: str | None) -> bool:
@@ -405,20 +426,29 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
 
     from pmfast.compiler import cache, native
 
+    original = spec
     py_graph = graph_function(fn.vm.jit_fn)
     name = f"{spec.kind}_entry"
     env = dict(py_graph.__globals__)
-    env.update(spec.env)
-    src = generate_source(spec, name)
     options = {}
     if getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
         options["_dbg_optnone"] = True  # a big graph: see pmfast.linker
+    plan = _inline_plan(spec, env) if inline and not options else ()
+    if plan:
+        # 0-d values as scalars where the node functions are inlined (the scalar forms are
+        # inlined too): a called function would be one more function to compile per process
+        scalar_spec = with_scalars(spec, env)
+        if scalar_spec is not None:
+            spec = scalar_spec
+            plan = plan + tuple(n for n, _ in spec.env if n.startswith("_pm_scalar_"))
+    env.update(spec.env)
+    src = generate_source(spec, name)
     # the key covers the computation (the source calling every node function): whether some
     # of them are inlined into the compiled code doesn't change what it computes
     key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), options)
     inlined: tuple[str, ...] = ()
-    if inline and not options and not _index_exists(name, key):
-        inlined = _inline_calls(spec, env)
+    if plan and not _index_exists(name, key):
+        inlined = _inline_calls(spec, env, plan)
     env.update(
         __name__=__name__,  # a real module: numba pickles the environment by module name
         _pm_view=native.array_view,
@@ -437,7 +467,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )
-    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(spec, fn, inline=False))
+    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(original, fn, inline=False))
 
 
 def compile_entry(spec: EntrySpec, fn) -> Entry:

@@ -219,40 +219,45 @@ def empty(typingctx, shape, dtype):
 
 
 @intrinsic(prefer_literal=True)
-def stack_buffer(typingctx, n):
-    """``stack_buffer(n)``: ``n`` float64 slots in the calling function's stack frame, as a 1-d array.
+def stack_buffer(typingctx, n, dtype):
+    """``stack_buffer(n, dtype)``: ``n`` slots of ``dtype`` in the calling function's stack frame, as a 1-d array.
 
     ``n`` is a literal. The memory lives until the function returns; the array
     has no meminfo (views of it never own or free anything). The entry keeps
     its 0-d values there when a node function needs them as arrays
     (:mod:`pmfast.compiler.scalars`): no heap allocation per call.
     """
-    if not isinstance(n, types.IntegerLiteral):
+    dt = _dtype_of(dtype)
+    if dt is None or not isinstance(n, types.IntegerLiteral):
         return None
     count = n.literal_value
-    arrty = types.Array(types.float64, 1, "C")
+    arrty = types.Array(dt, 1, "C")
 
     def codegen(context, builder, sig, args):
-        slots = cgutils.alloca_once(builder, ir.DoubleType(), size=count)
+        llty = context.get_data_type(dt)
+        itemsize = context.get_abi_sizeof(llty)
+        slots = cgutils.alloca_once(builder, llty, size=count)
         ary = make_array(arrty)(context, builder)
-        populate_array(ary, data=slots, shape=[cgutils.intp_t(count)], strides=[cgutils.intp_t(8)], itemsize=cgutils.intp_t(8), meminfo=None)
+        step = cgutils.intp_t(itemsize)
+        populate_array(ary, data=slots, shape=[cgutils.intp_t(count)], strides=[step], itemsize=step, meminfo=None)
         return ary._getvalue()
 
-    return arrty(n), codegen
+    return arrty(n, dtype), codegen
 
 
 @intrinsic
 def cell(typingctx, ary, k):
-    """``cell(ary, k)``: a 0-d view of element ``k`` of the 1-d float64 array ``ary`` (no meminfo)."""
-    if not (isinstance(ary, types.Array) and ary.ndim == 1 and ary.dtype == types.float64 and isinstance(k, types.Integer)):
+    """``cell(ary, k)``: a 0-d view of element ``k`` of the contiguous 1-d array ``ary`` (no meminfo)."""
+    if not (isinstance(ary, types.Array) and ary.ndim == 1 and ary.layout == "C" and isinstance(k, types.Integer)):
         return None
-    outty = types.Array(types.float64, 0, "C")
+    outty = types.Array(ary.dtype, 0, "C")
 
     def codegen(context, builder, sig, args):
         src = make_array(ary)(context, builder, args[0])
         index = context.cast(builder, args[1], sig.args[1], types.intp)
         out = make_array(outty)(context, builder)
-        populate_array(out, data=builder.gep(src.data, [index]), shape=[], strides=[], itemsize=cgutils.intp_t(8), meminfo=None)
+        itemsize = cgutils.intp_t(context.get_abi_sizeof(context.get_data_type(ary.dtype)))
+        populate_array(out, data=builder.gep(src.data, [index]), shape=[], strides=[], itemsize=itemsize, meminfo=None)
         return out._getvalue()
 
     return outty(ary, k), codegen

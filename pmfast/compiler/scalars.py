@@ -30,19 +30,20 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass, field
 
-#: The entry's name for its stack slots.
-BUFFER = "_pm_sbuf"
+#: dtypes held as numba scalars, and the entry's names of their stack slots and numpy types.
+BUFFERS = {"float64": ("_pm_sbuf", "_pm_t_float64"), "bool": ("_pm_bbuf", "_pm_t_bool")}
 
 
 @dataclass
 class ScalarBody:
-    """The entry body with 0-d values as floats: statements, their ops, new globals, names held as floats."""
+    """The entry body with 0-d values as scalars: statements, their ops, new globals, names held as scalars,
+    and the stack buffers it uses (``(name, numpy type's global name, slots)``)."""
 
     body: list[str]
     ops: list[str | None]
     env: dict = field(default_factory=dict)
     scalars: frozenset = frozenset()
-    slots: int = 0
+    buffers: tuple = ()
 
 
 def _call(stmt):
@@ -103,8 +104,52 @@ def _scalar_core(dispatcher, n_out: int):
     return numba_njit(compile_numba_function_src(new_src, "scalar_core", env, env))
 
 
-def _is_f64_scalar(var) -> bool:
-    return getattr(var.type, "ndim", None) == 0 and getattr(var.type, "dtype", None) == "float64"
+def _scalar_loop(dispatcher, outputs):
+    """``(function, positions)``: pmfast's fused loop ``dispatcher`` returning its 0-d totals as scalars, or None.
+
+    The loop's source (:mod:`pmfast.loops.codegen`) ends with ``outK = np.array(accK)``
+    for each total and returns the ``outK``: the copy returns ``accK`` itself for the
+    totals whose dtype the entry holds as scalars (``positions``: their output indices).
+    """
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import inline
+
+    inner = inline.inner_function(dispatcher)
+    src = getattr(getattr(inner, "py_func", None), "__source__", None)
+    if src is None:
+        return None
+    tree = ast.parse(src)
+    fdef = tree.body[-1]
+    if not isinstance(fdef, ast.FunctionDef) or not isinstance(fdef.body[-1], ast.Return):
+        return None
+    ret = fdef.body[-1].value
+    names = ret.elts if isinstance(ret, ast.Tuple) else [ret]
+    if len(names) != len(outputs) or not all(isinstance(n, ast.Name) for n in names):
+        return None
+    where = {n.id: i for i, n in enumerate(names)}
+    positions = []
+    for stmt in fdef.body:
+        target = _targets(stmt)
+        value = stmt.value if isinstance(stmt, ast.Assign) else None
+        if target is None or len(target) != 1 or target[0] not in where or not isinstance(value, ast.Call):
+            continue
+        func = value.func
+        is_copy = isinstance(func, ast.Attribute) and func.attr == "array" and isinstance(func.value, ast.Name) and func.value.id == "np"
+        i = where[target[0]]
+        if is_copy and len(value.args) == 1 and not value.keywords and _is_scalar(outputs[i]):
+            stmt.value = value.args[0]
+            positions.append(i)
+    if not positions:
+        return None
+    fdef.name = "scalar_loop"
+    env = inner.py_func.__globals__
+    return numba_njit(compile_numba_function_src(ast.unparse(fdef), "scalar_loop", env, env), fastmath=False), positions
+
+
+def _is_scalar(var, dtypes=tuple(BUFFERS)) -> bool:
+    return getattr(var.type, "ndim", None) == 0 and getattr(var.type, "dtype", None) in dtypes
 
 
 def _kind(node, dispatcher) -> str | None:
@@ -116,10 +161,12 @@ def _kind(node, dispatcher) -> str | None:
     from pmfast.compiler import inline
 
     op = node.op
-    if not all(_is_f64_scalar(o) for o in node.outputs):
+    if not all(_is_scalar(o) for o in node.outputs):
         return None
     if isinstance(op, Elemwise):
         return "elemwise" if all(i.type.ndim == 0 for i in node.inputs) else None
+    if not _is_scalar(node.outputs[0], ("float64",)):
+        return None
     if type(op) is Subtensor:
         x = node.inputs[0]
         if len(op.idx_list) == x.type.ndim and not any(isinstance(e, slice) for e in op.idx_list):
@@ -148,27 +195,29 @@ def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
     ``ops`` are the statements' op names, ``env`` the graph function's globals.
     None if no statement changes.
     """
-    scalars: set[str] = set()
+    scalars: dict[str, str] = {}  # name held as a scalar -> its dtype
     views: dict[str, str] = {}  # scalar name -> name of its 0-d view, once made
     out_body: list[str] = []
     out_ops: list[str | None] = []
     new_env: dict = {}
-    slots = 0
+    slots = dict.fromkeys(BUFFERS, 0)
     changed = False
     cores: dict = {}
+    loop_scalars: dict[str, str] = {}
 
-    def slot_for(name: str) -> int:
-        nonlocal slots
-        slots += 1
-        out_body.append(f"{BUFFER}[{slots - 1}] = {name}")
+    def slot_for(name: str) -> tuple[str, int]:
+        dtype = scalars[name]
+        buffer, k = BUFFERS[dtype][0], slots[dtype]
+        slots[dtype] += 1
+        out_body.append(f"{buffer}[{k}] = {name}")
         out_ops.append(None)
-        return slots - 1
+        return buffer, k
 
     def as_array(name: str) -> str:
         if name not in views:
-            k = slot_for(name)
+            buffer, k = slot_for(name)
             views[name] = f"{name}_pm_view"
-            out_body.append(f"{views[name]} = _pm_cell({BUFFER}, {k})")
+            out_body.append(f"{views[name]} = _pm_cell({buffer}, {k})")
             out_ops.append(None)
         return views[name]
 
@@ -198,14 +247,23 @@ def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
             else:
                 out_body.append(f"{targets[0]} = {args[0]}.sum()")
                 out_ops.append(None)
-            scalars.update(targets)
+            scalars.update((t, o.type.dtype) for t, o in zip(targets, node.outputs, strict=True))
             continue
         if ok and _expand_dims_of_scalar(node) and args[0] in scalars:
             changed = True
-            k = slot_for(args[0])
-            out_body.append(f"{targets[0]} = {BUFFER}[{k}:{k + 1}]")
+            buffer, k = slot_for(args[0])
+            out_body.append(f"{targets[0]} = {buffer}[{k}:{k + 1}]")
             out_ops.append(None)
             continue
+        if ok and op == "IndexedElemwise" and any(_is_scalar(o) for o in node.outputs):
+            fname = call.func.id
+            if fname not in cores:
+                cores[fname] = _scalar_loop(env.get(fname), node.outputs)
+            if cores[fname] is not None:
+                fn, positions = cores[fname]
+                new_env[f"_pm_scalar_{fname}"] = fn
+                stmt = ast.Assign(stmt.targets, ast.Call(ast.Name(f"_pm_scalar_{fname}", ast.Load()), call.args, call.keywords), lineno=0)
+                loop_scalars = {targets[i]: node.outputs[i].type.dtype for i in positions}
         used = sorted({n.id for n in ast.walk(stmt.value) if isinstance(n, ast.Name) and n.id in scalars}) if isinstance(stmt, ast.Assign) else []
         if used:
             changed = True
@@ -218,6 +276,14 @@ def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
             stmt = ast.Assign(stmt.targets, _Swap().visit(stmt.value), lineno=0)
         out_body.append(ast.unparse(stmt))
         out_ops.append(op)
+        if loop_scalars:
+            changed = True
+            scalars.update(loop_scalars)
+            loop_scalars = {}
     if not changed:
         return None
-    return ScalarBody(out_body, out_ops, new_env, frozenset(scalars), slots)
+    import numpy as np
+
+    buffers = tuple((BUFFERS[d][0], BUFFERS[d][1], n) for d, n in slots.items() if n)
+    new_env.update({BUFFERS[d][1]: np.dtype(d).type for d, n in slots.items() if n})
+    return ScalarBody(out_body, out_ops, new_env, frozenset(scalars), buffers)
