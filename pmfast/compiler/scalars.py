@@ -104,6 +104,48 @@ def _scalar_core(dispatcher, n_out: int):
     return numba_njit(compile_numba_function_src(new_src, "scalar_core", env, env))
 
 
+#: Independent partial sums of :func:`lane_sum` (fixed: the association never depends on flags or data).
+LANES = 8
+
+
+def _lane_sum():
+    import numba
+
+    @numba.njit(inline="always")
+    def lane_sum(x):
+        """Sum of the 1-d float64 array ``x`` with :data:`LANES` partial sums, combined pairwise: a fixed order."""
+        n = x.shape[0]
+        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
+        i = 0
+        while i + 8 <= n:
+            s0 += x[i]
+            s1 += x[i + 1]
+            s2 += x[i + 2]
+            s3 += x[i + 3]
+            s4 += x[i + 4]
+            s5 += x[i + 5]
+            s6 += x[i + 6]
+            s7 += x[i + 7]
+            i += 8
+        total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
+        while i < n:
+            total += x[i]
+            i += 1
+        return total
+
+    return lane_sum
+
+
+_LANE_SUM = []
+
+
+def lane_sum_function():
+    """The numba function the entry sums vectors with (one per process)."""
+    if not _LANE_SUM:
+        _LANE_SUM.append(_lane_sum())
+    return _LANE_SUM[0]
+
+
 def _scalar_loop(dispatcher, outputs):
     """``(function, positions)``: pmfast's fused loop ``dispatcher`` returning its 0-d totals as scalars, or None.
 
@@ -243,6 +285,10 @@ def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
             elif kind == "element":
                 x = args[0] if args[0] not in scalars else as_array(args[0])
                 out_body.append(f"{targets[0]} = {x}[{', '.join(args[1:])}]")
+                out_ops.append(None)
+            elif node.inputs[0].type.ndim == 1:
+                new_env["_pm_lane_sum"] = lane_sum_function()
+                out_body.append(f"{targets[0]} = _pm_lane_sum({args[0]})")
                 out_ops.append(None)
             else:
                 out_body.append(f"{targets[0]} = {args[0]}.sum()")
