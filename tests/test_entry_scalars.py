@@ -1,0 +1,139 @@
+"""pmfast.compiler.scalars: an entry holds 0-d values as numba scalars, not heap-allocated 0-d arrays."""
+
+import math
+
+import numba
+import numpy as np
+import pytest
+
+import pmfast
+from pmfast import compiler, nutpie_glue
+from pmfast.compiler import native, scalars
+
+compiler.setup()
+
+
+@numba.njit
+def _slots(x):
+    f = native.stack_buffer(3, np.float64)
+    b = native.stack_buffer(2, np.bool_)
+    f[0] = x
+    f[1] = 2.0 * x
+    b[1] = x > 1.0
+    b[0] = x < 1.0
+    c = native.cell(f, 0)
+    c[()] = c[()] + 1.0  # writes through to the slot
+    column = f[1:2]  # views live in the frame: read them here
+    return f[0], column.shape[0], column[0], c.ndim, native.cell(b, 1)[()], b[0:1][0]
+
+
+def test_stack_buffer_and_cell_views():
+    first, length, value, ndim, above, below = _slots(1.5)
+    assert (first, length, value, ndim) == (2.5, 1, 3.0, 0)
+    assert above and not below
+
+
+def _reference_lane_sum(x):
+    """The association :func:`scalars.lane_sum_function` promises, in Python."""
+    n, s = len(x), [0.0] * 8
+    full = n - n % 8
+    for i in range(0, full, 8):
+        for k in range(8):
+            s[k] += x[i + k]
+    total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+    for i in range(full, n):
+        total += x[i]
+    return total
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 85, 1001])
+def test_lane_sum_has_a_fixed_association(n):
+    x = np.random.default_rng(n).normal(size=n) * np.logspace(0, 6, n)
+    lane_sum = scalars.lane_sum_function()
+    got = lane_sum(x)
+    assert got == _reference_lane_sum(list(x))  # bit for bit
+    assert got == pytest.approx(math.fsum(x), rel=1e-13, abs=1e-12)
+    assert lane_sum(x[::2]) == _reference_lane_sum(list(x[::2]))  # strided views too
+
+
+def _model():
+    """Scalar parameters around a gather loop; ``tau``'s positivity check is a bool 0-d value."""
+    import pymc as pm
+
+    rng = np.random.default_rng(0)
+    group = rng.integers(0, 12, 200)
+    x = rng.normal(size=200)
+    y = 0.5 + rng.normal(size=12)[group] * 0.3 + 0.8 * x + rng.normal(size=200) * 0.5
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1)
+        tau = pm.HalfNormal("tau", 1)
+        a = pm.Normal("a", mu, tau, shape=12)
+        beta = pm.Normal("beta", 0, 1)
+        sigma = pm.HalfNormal("sigma", 1)
+        xd = pm.Data("x", x)
+        pm.Normal("y", a[group] + beta * xd, sigma, observed=y)
+    return model
+
+
+def _allocations_per_call(kernel, x, calls=20):
+    from numba.core.runtime import _nrt_python, rtsys
+
+    kernel(x)
+    _nrt_python.memsys_enable_stats()
+    try:
+        before = rtsys.get_allocation_stats().alloc
+        for _ in range(calls):
+            kernel(x)
+        return (rtsys.get_allocation_stats().alloc - before) / calls
+    finally:
+        _nrt_python.memsys_disable_stats()
+
+
+@pytest.fixture(scope="module")
+def kernels():
+    """The model's stock function and its entries built with and without scalars."""
+    model = _model()
+    stock, x0 = pmfast.logp_dlogp_function(model, passes="none")
+    fn, _ = pmfast.logp_dlogp_function(model, passes="all")
+    mp = pytest.MonkeyPatch()
+    built = {}
+    for flag in ("0", "1"):
+        mp.setenv("PMFAST_ENTRY_SCALARS", flag)
+        built[flag] = nutpie_glue.logp_kernel(fn)
+    mp.undo()
+    return stock, x0, built
+
+
+def test_entry_holds_scalars_and_allocates_less(kernels):
+    stock, x0, built = kernels
+    off, on = built["0"], built["1"]
+    assert not off.entry.spec.scalars and on.entry.spec.scalars
+    names = {n for n, _ in on.entry.spec.env}
+    # the point's scalar entries, the scalar Composites, the loop's totals, the bool check, the sums
+    assert {"_pm_scalar_indexed_elemwise_loop", "_pm_lane_sum"} <= names
+    assert any(n.startswith("_pm_scalar_elemwise") for n in names)
+    assert "_pm_bbuf" in on.entry.source and "subtensor(" not in on.entry.source.split("_pm_at = 0")[0].replace("subtensor_", "")
+    a_off, a_on = _allocations_per_call(off, x0), _allocations_per_call(on, x0)
+    assert a_on <= a_off - 10, (a_off, a_on)
+
+
+def test_entry_with_scalars_matches_stock(kernels):
+    stock, x0, built = kernels
+    rng = np.random.default_rng(1)
+    for x in (x0, x0 + 0.3 * rng.normal(size=x0.shape)):
+        ref_logp, ref_grad = stock(x)
+        for kernel in built.values():
+            code, logp, grad = kernel(x)
+            assert code == 0
+            np.testing.assert_allclose(logp, ref_logp, rtol=1e-12)
+            np.testing.assert_allclose(grad, ref_grad, rtol=1e-12, atol=1e-12 * np.abs(ref_grad).max())
+
+
+def test_entry_scalars_only_where_node_functions_are_inlined(kernels, monkeypatch):
+    """A called node function would be one more function to compile: no scalar forms then."""
+    stock, x0, built = kernels
+    fn = pmfast.logp_dlogp_function(_model(), passes="all")[0]
+    monkeypatch.setenv("PMFAST_INLINE", "0")
+    kernel = nutpie_glue.logp_kernel(fn)
+    assert not kernel.entry.spec.scalars
+    np.testing.assert_allclose(kernel(x0)[1], stock(x0)[0], rtol=1e-12)
