@@ -1,28 +1,37 @@
-"""0-d values as numba floats inside an entry, not as 0-d arrays.
+"""0-d values as numba scalars inside an entry, not as 0-d arrays.
 
 A graph function passes every value between node functions as an array; a
 0-d result is a heap-allocated 0-d array (numba's meminfo, ``malloc``,
 ``free``, reference counts). The scalar parameters of a hierarchical model
 make most of a small model's nodes 0-d: radon_intercept's entry allocated 23
 arrays per call, 15 of them 0-d values (the point's scalar entries, the
-scalar Composites of ``scalarize``, the sums), about a tenth of its time.
+scalar Composites of ``scalarize``, the sums, the fused loop's totals).
 
 Inside the entry (:mod:`pmfast.compiler.entry`) these statements hold their
-float64 0-d results as numba floats instead:
+float64 (and bool) 0-d results as numba scalars instead:
 
-* an ``Elemwise`` whose inputs and outputs are all 0-d (float64 outputs) and
-  whose node function is pmfast's (:mod:`pmfast.compiler.ops`): its core
-  function's scalar code, returning the values instead of storing them;
+* an ``Elemwise`` whose inputs and outputs are all 0-d and whose node
+  function is pmfast's (:mod:`pmfast.compiler.ops`): its core function's
+  scalar code, returning the values instead of storing them;
 * a ``Subtensor`` taking one element (integer indices only): ``x[i]``, the
   expression pytensor's implementation evaluates;
-* a ``Sum`` over all axes whose accumulator is its output dtype:
-  ``x.sum()``, the expression pytensor's ``impl_sum`` evaluates.
+* a fused loop (:mod:`pmfast.loops`): the same loop returning its totals
+  instead of copying each into a new 0-d array;
+* a ``Sum`` over all axes whose accumulator is its output dtype: of a vector,
+  :func:`lane_sum_function` (8 partial sums in a fixed order: the entry is
+  compiled without ``reassoc``, so ``x.sum()`` is one chain of dependent
+  additions, 4 cycles per element, where the hand-written loop sums several
+  vectors in one pass); of more axes, ``x.sum()`` as pytensor's ``impl_sum``.
 
-Same scalar code, same operations, so the values are the same as the
-node functions' inlined into the entry. A consumer that needs an array gets
-a view of a slot in the entry's stack frame (:func:`pmfast.compiler.native.stack_buffer`)
+The scalar code is the node functions' own, so the values are theirs (the
+vector sums round differently from a serial sum, deterministically: their
+association is fixed). A consumer that needs an array gets a view of a slot
+in the entry's stack frame (:func:`pmfast.compiler.native.stack_buffer`)
 holding the value: a ``(1,)`` view for an ``ExpandDims`` of it, a 0-d view
-otherwise. The graph function itself is unchanged.
+otherwise. The graph function itself is unchanged. Done only where the
+entry inlines its node functions (:mod:`pmfast.compiler.inline`; the scalar
+forms are inlined with them): called, each would be one more function to
+compile.
 """
 
 from __future__ import annotations
