@@ -332,6 +332,8 @@ def test_generated_source_checks_bounds():
         assert body.count("[i0])") == 1  # one load per row for both addressed arrays
         assert ("+ size0_0 if j0 < 0" in body) == dt.startswith("int")  # negatives wrap (signed only)
         assert ("np.uint64(size0_0)" in head) == (dt == "uint64")
+        # a signed index is scanned in its own dtype (int8: 64 values per AVX-512 max), not widened
+        assert (f"hi1 = np.{dt}(-1)" in head) == dt.startswith("int")
         # x and the buffer proven equally long: one load per row serves both
         head, body = generate_source(same, ["float64", dt, "float64", "float64"], ["float64"]).split("for i0 in")
         assert body.count("[i0])") == 1 and "in3.shape[0] != size0_0" in head

@@ -38,7 +38,7 @@ from pmfast.loops.body import (  # noqa: F401  (re-exported: the scalar-body API
 from pmfast.loops.spec import ALL, ANY, INC, SET, STORE, SUM, Gather, IndexedLoop
 
 #: Bump whenever the generated source changes shape.
-CODEGEN_VERSION = 15
+CODEGEN_VERSION = 16
 
 #: Read operands of static length 1 on every axis once, before the loop.
 HOIST_INVARIANT_READS = True
@@ -76,11 +76,13 @@ def _index_position(g: Gather) -> list[str]:
     return out
 
 
-def _precheck(lines: list[str], k: int, ndim: int, kind: str, known, sizes) -> bool:
+def _precheck(lines: list[str], k: int, ndim: int, kind: str, known, sizes, dtype="int64") -> bool:
     """Check index array ``in{k}`` against every length in ``sizes`` once, before the loop.
 
     ``known``: ``(lo, hi)`` read when compiling, else the array is scanned for its minimum and
-    maximum (``lo{k}``, ``hi{k}``). Returns whether the array may hold negative values.
+    maximum (``lo{k}``, ``hi{k}``), in the index's own dtype when it is signed (an int32 index
+    scans twice as many values per vector instruction as widened to int64). Returns whether the
+    array may hold negative values.
     """
     if known is not None:
         lo, hi = known
@@ -97,10 +99,11 @@ def _precheck(lines: list[str], k: int, ndim: int, kind: str, known, sizes) -> b
         for s in sizes:
             lines += [f"if {flat}.shape[0] and hi{k} >= np.uint64({s}):", _IDX_ERR]
         return False
-    lines += [f"hi{k} = np.int64(-1)"]
+    scan = np.dtype(dtype).name if kind == "signed" else "int64"
+    lines += [f"hi{k} = np.{scan}(-1)"]
     if kind == "signed":
-        lines += [f"lo{k} = np.int64(0)"]
-    lines += [f"for t in range({flat}.shape[0]):", f"    v = np.int64({flat}[t])", f"    hi{k} = max(hi{k}, v)"]
+        lines += [f"lo{k} = np.{scan}(0)"]
+    lines += [f"for t in range({flat}.shape[0]):", f"    v = np.{scan}({flat}[t])", f"    hi{k} = max(hi{k}, v)"]
     if kind == "signed":
         lines += [f"    lo{k} = min(lo{k}, v)"]
     for s in sizes:
@@ -140,7 +143,7 @@ class _Prologue:
         for k, sizes in targets.items():
             ndim = len(next(g for _, _, g in gathered if g.index == k).dims)
             kind = _index_kind(input_dtypes[k])
-            self.wrap[k] = _precheck(self.head, k, ndim, kind, known.get(k), list(sizes.values()))
+            self.wrap[k] = _precheck(self.head, k, ndim, kind, known.get(k), list(sizes.values()), input_dtypes[k])
         shape = "(" + "".join(f"n{d}, " for d in range(loop.ndim)) + ")"
         self.outs: list[str] = []
         for k, (w, dt) in enumerate(zip(loop.writes, output_dtypes, strict=True)):
