@@ -3,9 +3,10 @@
 A graph function passes every value between node functions as an array; a
 0-d result is a heap-allocated 0-d array (numba's meminfo, ``malloc``,
 ``free``, reference counts). The scalar parameters of a hierarchical model
-make most of a small model's nodes 0-d: radon_intercept's entry allocated 23
-arrays per call, 15 of them 0-d values (the point's scalar entries, the
-scalar Composites of ``scalarize``, the sums, the fused loop's totals).
+make most of a small model's nodes 0-d: radon_intercept's entry made 17
+allocations per call, 13 of them 0-d values (the scalar Composites of
+``scalarize``, the sums, the fused loop's totals, the point's scalar entries);
+with this module, 4.
 
 Inside the entry (:mod:`pmfast.compiler.entry`) these statements hold their
 float64 (and bool) 0-d results as numba scalars instead:
