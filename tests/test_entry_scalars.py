@@ -101,11 +101,11 @@ def kernels():
         mp.setenv("PMFAST_ENTRY_SCALARS", flag)
         built[flag] = nutpie_glue.logp_kernel(fn)
     mp.undo()
-    return stock, x0, built
+    return stock, x0, built, fn
 
 
 def test_entry_holds_scalars_and_allocates_less(kernels):
-    stock, x0, built = kernels
+    stock, x0, built, _ = kernels
     off, on = built["0"], built["1"]
     assert not off.entry.spec.scalars and on.entry.spec.scalars
     names = {n for n, _ in on.entry.spec.env}
@@ -118,7 +118,7 @@ def test_entry_holds_scalars_and_allocates_less(kernels):
 
 
 def test_entry_with_scalars_matches_stock(kernels):
-    stock, x0, built = kernels
+    stock, x0, built, _ = kernels
     rng = np.random.default_rng(1)
     for x in (x0, x0 + 0.3 * rng.normal(size=x0.shape)):
         ref_logp, ref_grad = stock(x)
@@ -131,8 +131,7 @@ def test_entry_with_scalars_matches_stock(kernels):
 
 def test_entry_scalars_only_where_node_functions_are_inlined(kernels, monkeypatch):
     """A called node function would be one more function to compile: no scalar forms then."""
-    stock, x0, built = kernels
-    fn = pmfast.logp_dlogp_function(_model(), passes="all")[0]
+    stock, x0, _, fn = kernels
     monkeypatch.setenv("PMFAST_INLINE", "0")
     kernel = nutpie_glue.logp_kernel(fn)
     assert not kernel.entry.spec.scalars
