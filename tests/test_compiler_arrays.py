@@ -21,10 +21,12 @@ def f(x, y, n, b, i):
     u = np.ascontiguousarray(x)
     v = np.ascontiguousarray(y)
     w = np.ascontiguousarray(x[::2])
+    k = np.array([x[1].item(), i], dtype=np.float64)
+    m = np.array([b, b], dtype=np.bool_)
     g[:] = 1.0
     h[:] = 2.0
     s[:] = 3
-    return a, c, d, e, g, h, q, r, s, u, v, w
+    return a, c, d, e, g, h, q, r, s, u, v, w, k, m
 '''
 
 
@@ -53,7 +55,7 @@ class _Compiled(event.Listener):
 def test_same_values_types_and_aliasing():
     fast, src = _build(SRC, True)
     stock, _ = _build(SRC, False)
-    assert src.count("_pm_") == 12 and "np.asarray" not in src and "np.empty" not in src
+    assert src.count("_pm_") == 14 and "np.asarray" not in src and "np.empty" not in src
     x, y = np.arange(6.0), np.arange(12.0).reshape(3, 4)[:, ::2]
     got, want = fast(x, y, 3, True, 7), stock(x, y, 3, True, 7)
     for g, w in zip(got, want, strict=True):
@@ -101,7 +103,7 @@ def test_no_generic_code_compiled(rewrite):
 def test_other_cases_fall_back_to_numpy():
     src = '''
 def f(x, b):
-    m = np.array([b, b], dtype=np.bool_)
+    m = np.array([b, 2], dtype="float32")
     q = np.asarray([1.0, 2.0])
     e = np.empty(x.shape, dtype=x.dtype)
     z = np.ascontiguousarray(2.5)

@@ -165,11 +165,69 @@ def ascontiguous1(typingctx, a):
     return ret(a), codegen
 
 
+def _unified(typingctx, values):
+    """The type numba gives the list literal ``[*values]``'s items, or None."""
+    if not isinstance(values, types.BaseTuple) or not len(values) or not all(isinstance(v, _SCALARS) for v in values):
+        return None
+    try:
+        t = typingctx.unify_types(*values)
+    except Exception:
+        return None
+    return t if isinstance(t, _SCALARS) else None
+
+
+@intrinsic
+def tuple_array(typingctx, values, dtype):
+    """``np.array([v0, v1, ...], dtype)`` of scalars, written ``tuple_array((v0, v1, ...), dtype)``: a new
+    1-d C array; as numba, each value converted to the list's item type, then to ``dtype``."""
+    dt, item = _dtype_of(dtype), _unified(typingctx, values)
+    if item is None:
+        return None  # not a list numba builds (arrays, mixed types): nor could it type np.array of it
+    if dt is None:
+        return _list_fallback(typingctx, values, dtype, item)
+    arrty = types.Array(dt, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        from numba.core import cgutils
+        from numba.core.imputils import impl_ret_new_ref
+        from numba.np.arrayobj import _empty_nd_impl, make_array, store_item
+
+        n = len(sig.args[0])
+        ary = _empty_nd_impl(context, builder, arrty, [context.get_constant(types.intp, n)])
+        data = make_array(arrty)(context, builder, ary._getvalue()).data
+        for i, (v, t) in enumerate(zip(cgutils.unpack_tuple(builder, args[0], n), sig.args[0], strict=True)):
+            v = context.cast(builder, context.cast(builder, v, t, item), item, dt)
+            store_item(context, builder, arrty, v, cgutils.gep_inbounds(builder, data, i))
+        return impl_ret_new_ref(context, builder, arrty, ary._getvalue())
+
+    return arrty(values, dtype), codegen
+
+
+def _list_fallback(typingctx, values, dtype, item):
+    """``np.array([*values], dtype)`` by numba's generic code (a ``dtype`` the intrinsic doesn't read)."""
+    fb = _fallback(typingctx, np.array, (types.List(item), dtype))
+    if fb is None:
+        return None
+    retty, uni = fb[0].return_type, types.UniTuple(item, len(values))
+
+    def impl(vals, dtype):
+        return np.array(list(vals), dtype)
+
+    def codegen(context, builder, sig, args):
+        from numba.core import cgutils
+
+        parts = cgutils.unpack_tuple(builder, args[0], len(values))
+        tup = context.make_tuple(builder, uni, [context.cast(builder, v, t, item) for v, t in zip(parts, sig.args[0], strict=True)])
+        return context.compile_internal(builder, impl, retty(uni, sig.args[1]), [tup, args[1]])
+
+    return retty(values, dtype), codegen
+
+
 #: (numpy function, number of arguments) -> name of its replacement in a rewritten source
 _TARGET = {("asarray", 1): "_pm_asarray1", ("ascontiguousarray", 1): "_pm_ascontiguous1", ("array", 1): "_pm_array1", ("array", 2): "_pm_array2",
            ("empty", 1): "_pm_empty1", ("empty", 2): "_pm_empty2"}
 #: name in a rewritten source -> the intrinsic it stands for
-NAMES = {"_pm_asarray1": asarray1, "_pm_ascontiguous1": ascontiguous1, "_pm_array1": array1, "_pm_array2": array2, "_pm_empty1": empty1, "_pm_empty2": empty2}
+NAMES = {"_pm_tuple_array": tuple_array, "_pm_asarray1": asarray1, "_pm_ascontiguous1": ascontiguous1, "_pm_array1": array1, "_pm_array2": array2, "_pm_empty1": empty1, "_pm_empty2": empty2}
 _CALL = re.compile(r"\bnp\.(asarray|array|empty|ascontiguousarray)\b")
 
 
@@ -205,6 +263,13 @@ def _calls(src: str):
         parts = [ast.get_source_segment(src, a) for a in args]
         if any(p is None for p in parts):
             return None
+        if f.attr == "array" and len(args) == 2 and isinstance(args[0], ast.List):
+            if not args[0].elts or any(isinstance(e, ast.Starred) for e in args[0].elts):
+                return None
+            elts = [ast.get_source_segment(src, e) for e in args[0].elts]
+            if any(e is None for e in elts):
+                return None
+            name, parts = "_pm_tuple_array", ["(" + "".join(f"{e}, " for e in elts) + ")", parts[1]]
         start = offset(node.lineno, node.col_offset)
         end = offset(node.end_lineno, node.end_col_offset)
         out.append((start, end, f"{name}({', '.join(parts)})"))
@@ -234,4 +299,4 @@ def rewrite_source(src: str, global_env: dict | None) -> str:
     return "".join(pieces) + src[pos:]
 
 
-__all__ = ["NAMES", "VERSION", "array1", "array2", "asarray1", "ascontiguous1", "empty1", "empty2", "rewrite_source"]
+__all__ = ["NAMES", "VERSION", "tuple_array", "array1", "array2", "asarray1", "ascontiguous1", "empty1", "empty2", "rewrite_source"]
