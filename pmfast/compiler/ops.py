@@ -350,15 +350,39 @@ def _dot_kind(node):
     return (x.ndim, y.ndim) if (x.ndim, y.ndim) in _DOT_SOURCES else None
 
 
+def _sum_all(op, node):
+    """``(numba function, key)`` of a ``Sum`` over every axis accumulating in its output dtype, or None.
+
+    pytensor's is ``np.array(array.sum())``, whose ``np.array`` of a scalar is numba generic code
+    compiled in every process; here the same sum goes into a 0-d array through
+    :func:`pmfast.compiler.arrays.array1` (same flags: pytensor's ``numba_njit``).
+    """
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import arrays
+
+    axes = op.axis if op.axis is not None else tuple(range(node.inputs[0].ndim))
+    acc_dtype = getattr(op, "acc_dtype", None) or node.outputs[0].type.dtype
+    if node.inputs[0].ndim != len(axes) or np.dtype(node.outputs[0].type.dtype) != acc_dtype:
+        return None
+    src = "def impl_sum(array):\n    return _pm_array1(array.sum())\n"
+    env = {"__name__": __name__, "_pm_array1": arrays.array1}
+    key = "pmfast_sum_all_" + hashlib.sha256(repr((VERSION, src, arrays.VERSION, node.outputs[0].type.dtype)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "impl_sum", env, env)), key
+
+
 def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
     from pytensor.tensor.basic import Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
-    from pytensor.tensor.math import Dot
+    from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import SpecifyShape
 
     if node is None:
         return None
+    if type(op) is Sum:
+        return _sum_all(op, node)
     if isinstance(op, SpecifyShape):
         return _specify_shape(op, node)
     if type(op) is Elemwise:

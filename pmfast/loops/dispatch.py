@@ -58,6 +58,8 @@ try:
     import numba
     from pytensor.scalar.basic import get_scalar_type
 
+    from pmfast.compiler.arrays import VERSION as arrays_version
+    from pmfast.compiler.arrays import rewrite_source  # numpy's constructors without numba's generic code
     from pmfast.loops.stack import stack_array
 
     def vmath_version() -> str:
@@ -125,14 +127,14 @@ try:
             sources = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, name, threads)
             env["prange"] = numba.prange
             for fname, fsrc in sources[:-1]:
-                f = compile_numba_function_src(fsrc, fname, env, write_to_disk=True)
+                f = compile_numba_function_src(rewrite_source(fsrc, env), fname, env, write_to_disk=True)
                 flags = {"parallel": True} if fname.endswith("_blocks") else {}
                 env[fname] = numba_basic.numba_njit(f, fastmath=False, error_model="numpy", **flags)
             src = "".join(fsrc for _, fsrc in sources)
-            fn = compile_numba_function_src(sources[-1][1], name, env, write_to_disk=True)
+            fn = compile_numba_function_src(rewrite_source(sources[-1][1], env), name, env, write_to_disk=True)
         else:
             src = generate_source(loop, in_dtypes, out_dtypes, func_name=name, body=body)
-            fn = compile_numba_function_src(src, name, env, write_to_disk=True)
+            fn = compile_numba_function_src(rewrite_source(src, env), name, env, write_to_disk=True)
         jitted = numba_basic.numba_njit(fn, fastmath=False)
         if scalar_key is None:
             key = None
@@ -148,7 +150,7 @@ try:
                         sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
-                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads),
+                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads, arrays_version),
                     )
                 ).encode()
             ).hexdigest()

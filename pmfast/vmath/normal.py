@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from pmfast.vmath import _coeffs as C
 from pmfast.vmath._bits import as_float, fma, piecewise_horner, select
-from pmfast.vmath.explog import INF, _exp_parts, _log_core, _log_parts, _scale, exp_dd_mul, kernel
+from pmfast.vmath.explog import INF, _exp_parts, _log_core, _log_parts, _scale, exp_dd_mul, helper, kernel
 
 #: erf's small-argument piece (``x E(x^2)``, ``|x| < 1``) is the table's last
 E_PIECE = len(C.ERFCX_UPPER) + 1
@@ -37,7 +37,7 @@ _B0, _B1, _B2, _B3 = C.ERFCX_UPPER
 _C0, _C1, _C2, _C3 = C.ERFCX_CENTERS
 
 
-@kernel
+@helper
 def _piecewise(a, small):
     """``(hi, lo)``: ``erfcx(a)`` for ``a >= 0`` (or NaN), or ``E(a^2)`` where ``small``, as a double-double."""
     piece = select(a < _B0, 0, select(a < _B1, 1, select(a < _B2, 2, select(a < _B3, 3, 4))))
@@ -52,7 +52,7 @@ def _piecewise(a, small):
     return select(tail, gh, ph), select(tail, gl, pl)
 
 
-@kernel
+@helper
 def _square(a):
     """``(hi, lo)`` with ``a * a = hi + lo`` exactly."""
     hi = a * a
@@ -96,7 +96,7 @@ def erf(x):
     return select(small, fma(x, ph, x * pl), select(x < 0.0, -big, big))
 
 
-@kernel
+@helper
 def _phi_tail(x):
     """``(q, gh, gl, hi, lo)``: ``q = Phi(-|x|) = e^(-x^2/2) G / 2``, ``G = erfcx(|x|/sqrt2) = gh + gl``, ``x^2/2 = hi + lo``."""
     ax = abs(x)

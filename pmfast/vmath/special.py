@@ -35,9 +35,6 @@ from pmfast.vmath import _cache  # noqa: F401  (registers the cache locator firs
 from pmfast.vmath import _psi_coeffs as C
 from pmfast.vmath._bits import fma, horner
 
-#: helpers: IEEE arithmetic (explicit fastmath=False: numba would inherit the caller's flags), inlined
-_inline = njit(fastmath=False, error_model="numpy", forceinline=True, cache=True)
-
 SMALL = 2.0**-20  # below this (in magnitude) negative x use 1/x, not the reflection
 ASYM_FROM = 10.0
 
@@ -50,96 +47,83 @@ _P0, _P1, _P2, _P3, _P4, _P5, _P6 = _P
 assert len(_P) == 7
 
 
-@_inline
-def _taylor(y, lo):
-    """psi(y + lo) for 0.99 <= y < 10 and |lo| <= ulp(y)."""
-    if y < _UPPER[1]:
-        if y < _UPPER[0]:
-            d = (y - _CENTRE[0]) + lo
-            return fma(d, _P0(d), _A0[0])
-        d = (y - _CENTRE[1]) + lo
-        return fma(d, _P1(d), _A0[1])
-    if y < _UPPER[3]:
-        if y < _UPPER[2]:
-            d = (y - _CENTRE[2]) + lo
-            return fma(d, _P2(d), _A0[2])
-        d = (y - _CENTRE[3]) + lo
-        return fma(d, _P3(d), _A0[3])
-    if y < _UPPER[4]:
-        d = (y - _CENTRE[4]) + lo
-        return fma(d, _P4(d), _A0[4])
-    if y < _UPPER[5]:
-        d = (y - _CENTRE[5]) + lo
-        return fma(d, _P5(d), _A0[5])
-    d = (y - _CENTRE[6]) + lo
-    return fma(d, _P6(d), _A0[6])
+@njit(fastmath=False, error_model="numpy", cache=True)
+def digamma(x):
+    """psi(x) = d/dx log Gamma(x), as scipy.special.psi (float64; integers are converted).
 
-
-@_inline
-def _positive(y, lo):
-    """psi(y + lo) for y >= 0.99 (inf included) and |lo| <= ulp(y)."""
-    if y < ASYM_FROM:
-        return _taylor(y, lo)
-    r = 1.0 / y
-    z = r * r
-    return math.log(y) - ((0.5 * r + z * _ASYM(z)) - lo * r)
-
-
-@_inline
-def _pi_tan(g):
-    """``(t, pi tan(pi g))`` for |g| <= 1/4, ``pi g`` and ``pi`` carried as double-doubles."""
-    th = C.PI * g
-    tl = fma(C.PI, g, -th) + C.PI_LO * g
-    t = math.tan(th)
-    t = fma(tl, fma(t, t, 1.0), t)  # tan(th + tl) = tan th + tl (1 + tan^2 th)
-    return t
-
-
-@_inline
-def _pi_cot(f):
-    """pi cot(pi f) for 0 < |f| <= 1/2."""
-    a = abs(f)
-    if a <= 0.25:
-        t = _pi_tan(f)
-        q = C.PI / t
-        return q + (fma(-q, t, C.PI) + C.PI_LO) / t  # (PI + PI_LO) / t, the quotient's error added back
-    t = _pi_tan(0.5 - a)  # cot(pi a) = tan(pi (1/2 - a)), 1/2 - a exact
-    v = fma(C.PI, t, C.PI_LO * t)
-    return v if f > 0.0 else -v
-
-
-@_inline
-def _digamma(x):
+    One function (no helpers of its own): every case is reduced to ``psi(y + lo) - a - b``
+    with ``y >= 0.99``, so the series below appear once in the code. numba compiles each
+    function separately (typing, lowering, an LLVM module of its own), so a cold compile of
+    this body costs a fraction of the same code split into helpers.
+    """
+    x = float(x)
     if x >= 0.99:
-        return _positive(x, 0.0)
-    if x > -SMALL:
+        y, lo, a, b = x, 0.0, 0.0, 0.0
+    elif x > -SMALL:
         # -2^-20 < x < 0.99 (+-0 included): psi(1 + x) - 1/x
         y = 1.0 + x
         lo = (1.0 - y) + x  # Fast2Sum: |x| < 1
-        r = 1.0 / x
-        if math.isinf(r):
-            return -r
-        e = fma(-r, x, 1.0) / x  # 1/x = r + e
-        return (_positive(y, lo) - r) - e
-    if not (x > -math.inf):
-        return math.nan  # nan or -inf
-    n = np.floor(x)
-    if x > n + 0.5:
-        n += 1.0  # the integer nearest x (n + 0.5 is exact: |n| < 2^52 unless x is an integer)
-    f = x - n  # exact (Sterbenz; f = x when n = 0), |f| <= 1/2
-    if f == 0.0:
-        return math.nan  # a pole (every x <= -2^52 is an integer)
-    # psi(x) = psi(1 - x) - pi cot(pi x); cot has period pi
-    y = 1.0 - x
-    b = y - 1.0
-    lo = (1.0 - (y - b)) + (-x - b)  # TwoSum: 1 - x = y + lo
-    return _positive(y, lo) - _pi_cot(f)
-
-
-@njit(fastmath=False, error_model="numpy", cache=True)
-def digamma(x):
-    """psi(x) = d/dx log Gamma(x), as scipy.special.psi (float64; integers are converted)."""
-    return _digamma(float(x))
+        a = 1.0 / x
+        if math.isinf(a):
+            return -a
+        b = fma(-a, x, 1.0) / x  # 1/x = a + b
+    else:
+        if not (x > -math.inf):
+            return math.nan  # nan or -inf
+        n = np.floor(x)
+        if x > n + 0.5:
+            n += 1.0  # the integer nearest x (n + 0.5 is exact: |n| < 2^52 unless x is an integer)
+        f = x - n  # exact (Sterbenz; f = x when n = 0), |f| <= 1/2
+        if f == 0.0:
+            return math.nan  # a pole (every x <= -2^52 is an integer)
+        # psi(x) = psi(1 - x) - pi cot(pi x); cot has period pi
+        y = 1.0 - x
+        t = y - 1.0
+        lo = (1.0 - (y - t)) + (-x - t)  # TwoSum: 1 - x = y + lo
+        # a = pi cot(pi f) from t = pi tan(pi g): g = f for |f| <= 1/4, else 1/2 - |f| (exact),
+        # pi g and pi as double-doubles
+        h = abs(f)
+        g = f if h <= 0.25 else 0.5 - h
+        th = C.PI * g
+        tl = fma(C.PI, g, -th) + C.PI_LO * g
+        t = math.tan(th)
+        t = fma(tl, fma(t, t, 1.0), t)  # tan(th + tl) = tan th + tl (1 + tan^2 th)
+        if h <= 0.25:
+            q = C.PI / t
+            a = q + (fma(-q, t, C.PI) + C.PI_LO) / t  # (PI + PI_LO) / t, the quotient's error added back
+        else:
+            v = fma(C.PI, t, C.PI_LO * t)  # cot(pi h) = tan(pi (1/2 - h))
+            a = v if f > 0.0 else -v
+        b = 0.0
+    # psi(y + lo) for y >= 0.99 (inf included) and |lo| <= ulp(y)
+    if y >= ASYM_FROM:
+        r = 1.0 / y
+        z = r * r
+        p = math.log(y) - ((0.5 * r + z * _ASYM(z)) - lo * r)
+    elif y < _UPPER[1]:
+        if y < _UPPER[0]:
+            d = (y - _CENTRE[0]) + lo
+            p = fma(d, _P0(d), _A0[0])
+        else:
+            d = (y - _CENTRE[1]) + lo
+            p = fma(d, _P1(d), _A0[1])
+    elif y < _UPPER[3]:
+        if y < _UPPER[2]:
+            d = (y - _CENTRE[2]) + lo
+            p = fma(d, _P2(d), _A0[2])
+        else:
+            d = (y - _CENTRE[3]) + lo
+            p = fma(d, _P3(d), _A0[3])
+    elif y < _UPPER[4]:
+        d = (y - _CENTRE[4]) + lo
+        p = fma(d, _P4(d), _A0[4])
+    elif y < _UPPER[5]:
+        d = (y - _CENTRE[5]) + lo
+        p = fma(d, _P5(d), _A0[5])
+    else:
+        d = (y - _CENTRE[6]) + lo
+        p = fma(d, _P6(d), _A0[6])
+    return (p - a) - b
 
 
 @njit(fastmath=False, error_model="numpy", cache=True)
