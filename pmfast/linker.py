@@ -65,8 +65,8 @@ import types
 
 from pytensor.link.numba.linker import NumbaLinker
 
-#: Calls/tuple displays wider than this are chunked (CPython's STACK_USE_GUIDELINE).
-MAX_ARITY = 30
+from pmfast.compiler.arity import MAX_ARITY
+
 #: Items per chunk.
 CHUNK = 24
 #: Graph functions with at least this many nodes are compiled ``optnone``:

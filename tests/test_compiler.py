@@ -229,6 +229,21 @@ def test_composite_with_a_wide_call_matches_stock():
     np.testing.assert_allclose(ours(*args), stock(*args), rtol=1e-14)
 
 
+def test_the_call_width_limit_is_defined_once():
+    """Every module that chunks, splits or caps calls reads ``pmfast.compiler.arity.MAX_ARITY``:
+    none defines its own 30, which could drift from the others'."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(pmfast.__file__).parent
+    own = [
+        str(path.relative_to(root))
+        for path in root.rglob("*.py")
+        if path.name != "arity.py" and re.search(r"^\s*MAX_AR\w*\s*=\s*\d", path.read_text(), re.M)
+    ]
+    assert own == []
+
+
 # --- inlining -------------------------------------------------------------------------------
 
 
