@@ -293,8 +293,33 @@ def _release_memory() -> None:
         pass
 
 
+@contextlib.contextmanager
+def _inline_threshold(codegen, threshold: int):
+    """While active, ``codegen``'s LLVM pass builders use inlining threshold ``threshold``.
+
+    numba builds every pass manager through ``codegen._pass_builder`` and leaves
+    LLVM's default threshold (250 at O3); the caller holds numba's compiler lock.
+    """
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    def pass_builder(**kwargs):
+        pto = ll.create_pipeline_tuning_options()
+        pto.speed_level = kwargs.pop("opt", config.OPT)
+        pto.loop_vectorization = kwargs.pop("loop_vectorize", config.LOOP_VECTORIZE)
+        pto.slp_vectorization = kwargs.pop("slp_vectorize", config.SLP_VECTORIZE)
+        pto.inlining_threshold = threshold
+        return ll.create_pass_builder(codegen._tm, pto)
+
+    codegen._pass_builder = pass_builder
+    try:
+        yield
+    finally:
+        del codegen._pass_builder
+
+
 @functools.lru_cache(maxsize=None)
-def _lean_compiler():
+def _lean_compiler(inline_threshold: int | None = None):
     """A numba compiler class whose code library frees the lowering's garbage before LLVM codegen.
 
     numba lowers a function to LLVM IR through Python objects (llvmlite IR,
@@ -319,7 +344,15 @@ def _lean_compiler():
                 _release_memory()
                 return cls.finalize(self)
 
-            lean_classes[cls] = type(f"Lean{cls.__name__}", (cls,), {"finalize": finalize})
+            members = {"finalize": finalize}
+            if inline_threshold is not None:
+
+                def _optimize_final_module(self):
+                    with _inline_threshold(self._codegen, inline_threshold):
+                        return cls._optimize_final_module(self)
+
+                members["_optimize_final_module"] = _optimize_final_module
+            lean_classes[cls] = type(f"Lean{cls.__name__}", (cls,), members)
         return lean_classes[cls]
 
     @register_pass(mutates_CFG=False, analysis_only=False)
