@@ -44,7 +44,10 @@ codegen, the peak of the compile):
   stay fully optimised; the unoptimised glue costs per call (7.3 → 8.7 µs on
   a 7 µs, ~100-node model in one measurement), which is why small graphs
   (µs-scale evals) keep the stock behaviour. Its
-  cache key gets a ``_pmfast_optnone<N>`` suffix.
+  cache key gets a ``_pmfast_optnone<N>`` suffix. This is pytensor's function
+  path only: the C-ABI entry nutpie calls for such a graph is optimised
+  (:data:`pmfast.compiler.entry.BIG_ENTRY_INLINE_THRESHOLD`; an ``optnone``
+  entry made hier_var's 1,900 node calls 1.47× stock).
 
 The patches are applied to pytensor's module globals for the duration of
 ``fgraph_convert`` (and restored afterwards); compiling with another mode in
@@ -330,6 +333,8 @@ def _lean_compiler(inline_threshold: int | None = None):
     of the whole compile is reached. This pipeline gives the function a code
     library whose ``finalize`` first runs :func:`_release_memory`. Used only for
     the final function of big graphs; the pipeline is otherwise numba's default.
+    With ``inline_threshold`` (a big graph's entry), the library's final module
+    is optimised with that LLVM inlining threshold (:func:`_inline_threshold`).
     """
     from numba.core.compiler import CompilerBase, DefaultPassBuilder
     from numba.core.compiler_machinery import AnalysisPass, register_pass
