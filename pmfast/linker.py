@@ -44,7 +44,10 @@ codegen, the peak of the compile):
   stay fully optimised; the unoptimised glue costs per call (7.3 → 8.7 µs on
   a 7 µs, ~100-node model in one measurement), which is why small graphs
   (µs-scale evals) keep the stock behaviour. Its
-  cache key gets a ``_pmfast_optnone<N>`` suffix.
+  cache key gets a ``_pmfast_optnone<N>`` suffix. This is pytensor's function
+  path only: the C-ABI entry nutpie calls for such a graph is optimised
+  (:data:`pmfast.compiler.entry.BIG_ENTRY_INLINE_THRESHOLD`; an ``optnone``
+  entry made hier_var's 1,900 node calls 1.47× stock).
 
 The patches are applied to pytensor's module globals for the duration of
 ``fgraph_convert`` (and restored afterwards); compiling with another mode in
@@ -65,8 +68,8 @@ import types
 
 from pytensor.link.numba.linker import NumbaLinker
 
-#: Calls/tuple displays wider than this are chunked (CPython's STACK_USE_GUIDELINE).
-MAX_ARITY = 30
+from pmfast.compiler.arity import MAX_ARITY
+
 #: Items per chunk.
 CHUNK = 24
 #: Graph functions with at least this many nodes are compiled ``optnone``:
@@ -298,8 +301,33 @@ def _release_memory() -> None:
         pass
 
 
+@contextlib.contextmanager
+def _inline_threshold(codegen, threshold: int):
+    """While active, ``codegen``'s LLVM pass builders use inlining threshold ``threshold``.
+
+    numba builds every pass manager through ``codegen._pass_builder`` and leaves
+    LLVM's default threshold (250 at O3); the caller holds numba's compiler lock.
+    """
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    def pass_builder(**kwargs):
+        pto = ll.create_pipeline_tuning_options()
+        pto.speed_level = kwargs.pop("opt", config.OPT)
+        pto.loop_vectorization = kwargs.pop("loop_vectorize", config.LOOP_VECTORIZE)
+        pto.slp_vectorization = kwargs.pop("slp_vectorize", config.SLP_VECTORIZE)
+        pto.inlining_threshold = threshold
+        return ll.create_pass_builder(codegen._tm, pto)
+
+    codegen._pass_builder = pass_builder
+    try:
+        yield
+    finally:
+        del codegen._pass_builder
+
+
 @functools.lru_cache(maxsize=None)
-def _lean_compiler():
+def _lean_compiler(inline_threshold: int | None = None):
     """A numba compiler class whose code library frees the lowering's garbage before LLVM codegen.
 
     numba lowers a function to LLVM IR through Python objects (llvmlite IR,
@@ -310,6 +338,8 @@ def _lean_compiler():
     of the whole compile is reached. This pipeline gives the function a code
     library whose ``finalize`` first runs :func:`_release_memory`. Used only for
     the final function of big graphs; the pipeline is otherwise numba's default.
+    With ``inline_threshold`` (a big graph's entry), the library's final module
+    is optimised with that LLVM inlining threshold (:func:`_inline_threshold`).
     """
     from numba.core.compiler import CompilerBase, DefaultPassBuilder
     from numba.core.compiler_machinery import AnalysisPass, register_pass
@@ -324,7 +354,15 @@ def _lean_compiler():
                 _release_memory()
                 return cls.finalize(self)
 
-            lean_classes[cls] = type(f"Lean{cls.__name__}", (cls,), {"finalize": finalize})
+            members = {"finalize": finalize}
+            if inline_threshold is not None:
+
+                def _optimize_final_module(self):
+                    with _inline_threshold(self._codegen, inline_threshold):
+                        return cls._optimize_final_module(self)
+
+                members["_optimize_final_module"] = _optimize_final_module
+            lean_classes[cls] = type(f"Lean{cls.__name__}", (cls,), members)
         return lean_classes[cls]
 
     @register_pass(mutates_CFG=False, analysis_only=False)

@@ -59,6 +59,12 @@ def entry_fastmath():
 #: The flags of :func:`entry_fastmath` (pytensor's ``numba_njit`` default set minus ``reassoc``).
 FASTMATH = ("afn", "arcp", "contract", "nsz")
 
+#: How the entry of a big graph (one the linker compiles ``optnone``, see :mod:`pmfast.linker`) is
+#: compiled: ``None``: ``optnone`` too; an int: optimised, with LLVM's inlining threshold set to it
+#: (0: a node function is inlined only where that costs less than the call). Either way its node
+#: functions are called, never inlined at numba's level.
+BIG_ENTRY_INLINE_THRESHOLD: int | None = 0
+
 #: Argument names of the two entry kinds (pointers), before ``ud_``.
 OUTPUT_ARGS = {"logp": ("out_", "logp_"), "expand": ("out_",)}
 
@@ -431,9 +437,11 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     name = f"{spec.kind}_entry"
     env = dict(py_graph.__globals__)
     options = {}
-    if getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
-        options["_dbg_optnone"] = True  # a big graph: see pmfast.linker
-    plan = _inline_plan(spec, env) if inline and not options else ()
+    big = bool(getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"))  # a big graph: see pmfast.linker
+    threshold = BIG_ENTRY_INLINE_THRESHOLD
+    if big and threshold is None:
+        options["_dbg_optnone"] = True
+    plan = _inline_plan(spec, env) if inline and not big else ()
     if plan:
         # 0-d values as scalars where the node functions are inlined (the scalar forms are
         # inlined too): a called function would be one more function to compile per process
@@ -445,7 +453,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     src = generate_source(spec, name)
     # the key covers the computation (the source calling every node function): whether some
     # of them are inlined into the compiled code doesn't change what it computes
-    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), options)
+    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), {**options, "big": threshold} if big else options)
     inlined: tuple[str, ...] = ()
     if plan and not _index_exists(name, key):
         inlined = _inline_calls(spec, env, plan)
@@ -460,10 +468,10 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     )
     py_func = compile_numba_function_src(src, name, env, env)
     cache.register(py_func, key)
-    if options.get("_dbg_optnone"):
+    if big:
         from pmfast.linker import _lean_compiler
 
-        options["pipeline_class"] = _lean_compiler()
+        options["pipeline_class"] = _lean_compiler(inline_threshold=threshold)
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )

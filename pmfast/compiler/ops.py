@@ -51,10 +51,10 @@ import hashlib
 
 import numpy as np
 
+from pmfast.compiler.arity import MAX_ARITY
+
 #: Bump when an implementation here changes (part of its cache key).
 VERSION = 6
-#: Calls with more arguments compile to ``CALL_FUNCTION_EX`` (see :func:`_scalar_code`).
-MAX_ARITY = 30
 
 
 class SpecifyShapeError(AssertionError):

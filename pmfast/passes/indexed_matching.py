@@ -19,6 +19,7 @@ from pytensor.tensor.math import All, Any, Sum
 from pytensor.tensor.shape import Reshape
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
+from pmfast.compiler.arity import MAX_ARITY
 from pmfast.loops.dispatch import will_vectorize
 from pmfast.loops.op import IndexedElemwise
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write
@@ -51,7 +52,7 @@ MAX_NDIM = 4
 #: terms and their scatters in one loop (121 node inputs): compile 16 s stock ->
 #: 165 s fused. A too-wide node is retried without its scatters, then declined
 #: (wide nodes are ``wide_split``'s business).
-MAX_ARGS = 30
+MAX_ARGS = MAX_ARITY
 
 
 def _loop_dims_of(y, out):

@@ -44,12 +44,12 @@ from pytensor.graph.op import Op
 from pytensor.tensor.basic import as_tensor_variable
 from pytensor.tensor.type import TensorType
 
+from pmfast.compiler.arity import MAX_ARITY
+
 _log = logging.getLogger(__name__)
 
 #: Most inputs / outputs of a stage, and arrays passed to the loop (CPython's 30, minus headroom).
 LIMIT = 24
-#: Most arguments of the loop function (CPython's limit for a plain call).
-MAX_ARITY = 30
 #: Part of every cache key of the generated code.
 VERSION = "wide_loop-1"
 

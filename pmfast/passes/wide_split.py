@@ -58,7 +58,7 @@ from __future__ import annotations
 import logging
 import math
 
-
+from pmfast.compiler.arity import MAX_ARITY
 from pmfast.passes.registry import record, register_pass
 from pmfast.passes.rewriting import PassRewriter, record_nodes_added
 
@@ -66,8 +66,6 @@ _log = logging.getLogger(__name__)
 
 PASS_NAME = "wide_split"
 
-#: CPython's limit: calls/tuples with more items are built as lists (O(n²) in numba).
-MAX_ARITY = 30
 #: Most (weighted) inputs of a node built by this pass: 30 minus 6 of headroom
 #: for the index/buffer inputs that indexed fusion may add to a chunk later.
 CHUNK = 24
