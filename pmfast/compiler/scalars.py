@@ -160,7 +160,7 @@ def _scalar_loop(dispatcher, outputs):
     """``(function, positions)``: pmfast's fused loop ``dispatcher`` returning its 0-d totals as scalars, or None.
 
     The loop's source (:mod:`pmfast.loops.codegen`) ends with ``outK = np.array(accK)``
-    for each total and returns the ``outK``: the copy returns ``accK`` itself for the
+    (``_pm_array1(accK)`` once :mod:`pmfast.compiler.arrays` rewrote it) for each total and returns the ``outK``: the copy returns ``accK`` itself for the
     totals whose dtype the entry holds as scalars (``positions``: their output indices).
     """
     from pytensor.link.numba.cache import compile_numba_function_src
@@ -188,7 +188,7 @@ def _scalar_loop(dispatcher, outputs):
         if target is None or len(target) != 1 or target[0] not in where or not isinstance(value, ast.Call):
             continue
         func = value.func
-        is_copy = isinstance(func, ast.Attribute) and func.attr == "array" and isinstance(func.value, ast.Name) and func.value.id == "np"
+        is_copy = _is_array_copy(func)
         i = where[target[0]]
         if is_copy and len(value.args) == 1 and not value.keywords and _is_scalar(outputs[i]):
             stmt.value = value.args[0]
@@ -198,6 +198,15 @@ def _scalar_loop(dispatcher, outputs):
     fdef.name = "scalar_loop"
     env = inner.py_func.__globals__
     return numba_njit(compile_numba_function_src(ast.unparse(fdef), "scalar_loop", env, env), fastmath=False), positions
+
+
+def _is_array_copy(func) -> bool:
+    """Whether ``func`` is ``np.array`` or its intrinsic (:func:`pmfast.compiler.arrays.rewrite_source`)."""
+    from pmfast.compiler.arrays import NAMES, array1
+
+    if isinstance(func, ast.Name):
+        return NAMES.get(func.id) is array1
+    return isinstance(func, ast.Attribute) and func.attr == "array" and isinstance(func.value, ast.Name) and func.value.id == "np"
 
 
 def _is_scalar(var, dtypes=tuple(BUFFERS)) -> bool:
