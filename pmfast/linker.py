@@ -179,19 +179,20 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
     orig_key = nb_basic.numba_funcify_and_cache_key
     orig_ensure = nb_basic.numba_funcify_ensure_cache
 
-    def compile_function_src(src, function_name, global_env=None, local_env=None):
+    def rewritten(src, global_env):
+        """``(source, calls chunked)``: ``src`` with its wide calls chunked and numpy's constructors as intrinsics."""
         from pmfast.compiler import arrays
 
         new, n = chunk_source(src)
         state.chunked += n
-        return orig_cfs(arrays.rewrite_source(new, global_env), function_name, global_env, local_env)
+        return arrays.rewrite_source(new, global_env), n
+
+    def compile_function_src(src, function_name, global_env=None, local_env=None):
+        new, _ = rewritten(src, global_env)
+        return orig_cfs(new, function_name, global_env, local_env)
 
     def compile_numba_function_src(src, function_name, global_env=None, local_env=None, write_to_disk=False, cache_key=None):
-        from pmfast.compiler import arrays
-
-        new, n = chunk_source(src)
-        state.chunked += n
-        new = arrays.rewrite_source(new, global_env)
+        new, n = rewritten(src, global_env)
         return orig_cnfs(new, function_name, global_env, local_env, write_to_disk, _salt(cache_key, n > 0) if n else cache_key)
 
     def numba_funcify_and_cache_key(op, *args, **kwargs):
