@@ -186,7 +186,7 @@ def test_bench_json(tiny, tmp_path):
 
 
 def test_bench_table_shows_specs_whole_in_80_columns():
-    from pmfast.cli.app import bench_lines
+    from pmfast.cli.report import bench_lines
 
     side = {"compile_s": 12.3, "rss_mb": 1234.5, "eval_us": 3941.2}
     spec = "/some/dir/football_pairwise_comparisons.py:probit"
