@@ -57,7 +57,7 @@ def splittable_wide(fn):
             continue
         if isinstance(n.op, Join | MakeVector | CheckAndRaise):
             bad.append(n)
-        elif isinstance(n.op, Elemwise) and ws._is_assoc(n.op.scalar_op):
+        elif isinstance(n.op, Elemwise) and ws.is_assoc(n.op.scalar_op):
             bad.append(n)
     return bad
 

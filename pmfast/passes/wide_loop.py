@@ -370,7 +370,7 @@ def _pack(members, dtype: str, ndim: int):
     """One ``(k, 1, …, 1)`` array of the invariants ``members`` (0-d: a chunked MakeVector; else Joins of ≤ LIMIT)."""
     from pytensor.tensor.basic import MakeVector, join
 
-    from pmfast.passes.wide_split import _chunked_make_vector
+    from pmfast.passes.wide_joins import _chunked_make_vector
 
     if ndim == 0:
         return _chunked_make_vector(MakeVector(dtype), members)
@@ -393,7 +393,7 @@ def wide_loop(fgraph, node):
     from pytensor.scalar.basic import Composite
     from pytensor.tensor.elemwise import Elemwise
 
-    from pmfast.passes.wide_split import input_weight
+    from pmfast.passes.wide_chunks import input_weight
 
     op = node.op
     if not isinstance(op, Elemwise) or not isinstance(op.scalar_op, Composite) or op.destroy_map:

@@ -59,6 +59,9 @@ import logging
 import math
 
 from pmfast.compiler.arity import MAX_ARITY
+from pmfast.passes.wide_chunks import CHUNK, Decline, balanced_chunks, balanced_tree, input_weight, is_assoc
+from pmfast.passes.wide_composite import split_composite
+from pmfast.passes.wide_joins import split_check_and_raise, split_join, split_make_vector
 from pmfast.passes.registry import record, register_pass
 from pmfast.passes.rewriting import PassRewriter, record_nodes_added
 
@@ -66,83 +69,9 @@ _log = logging.getLogger(__name__)
 
 PASS_NAME = "wide_split"
 
-#: Most (weighted) inputs of a node built by this pass: 30 minus 6 of headroom
-#: for the index/buffer inputs that indexed fusion may add to a chunk later.
-CHUNK = 24
-
-
-
-
-def input_weight(var) -> int:
-    """Outer inputs ``var`` may cost a fused loop: 1, or 1 + index arrays for a gather."""
-    from pytensor.graph.basic import Constant
-    from pytensor.tensor.subtensor import AdvancedSubtensor, AdvancedSubtensor1
-
-    owner = var.owner
-    if owner is not None and isinstance(owner.op, AdvancedSubtensor1 | AdvancedSubtensor):
-        idx = [i for i in owner.inputs[1:] if not isinstance(i, Constant) and getattr(i.type, "ndim", 0) > 0]
-        return 1 + len(idx)
-    return 1
-
-
-def balanced_chunks(weights: list[int], limit: int = CHUNK) -> list[list[int]]:
-    """Split positions ``0..len(weights)-1`` into contiguous chunks of total weight ≤ ``limit``.
-
-    The number of chunks is the smallest that the total weight allows, and the
-    per-chunk target is the average, so chunks come out as equal as possible
-    (sibling nodes then share a numba signature). A single item heavier than
-    ``limit`` gets a chunk of its own.
-    """
-    total = sum(weights)
-    if not weights:
-        return []
-    n_chunks = max(1, math.ceil(total / limit))
-    target = math.ceil(total / n_chunks)
-    chunks: list[list[int]] = [[]]
-    acc = 0
-    for i, w in enumerate(weights):
-        if chunks[-1] and (acc + w > target or acc + w > limit):
-            chunks.append([])
-            acc = 0
-        chunks[-1].append(i)
-        acc += w
-    return chunks
-
-
-def balanced_tree(operands: list, weights: list[int], combine, limit: int = CHUNK):
-    """Reduce ``operands`` with ``combine(list) -> var`` as a balanced tree of ≤ ``limit`` weight per node.
-
-    Returns the root variable; the root itself is one ``combine`` call over
-    at most ``limit`` (weighted) operands. Terminates: every level with total
-    weight above ``limit`` has fewer items than the previous one, or turns all
-    weights into 1 (after which each level shrinks by a factor ``limit``).
-    """
-    level, w = list(operands), list(weights)
-    for _ in range(64):
-        if sum(w) <= limit:
-            return combine(level)
-        chunks = balanced_chunks(w, limit)
-        nxt = []
-        for chunk in chunks:
-            items = [level[i] for i in chunk]
-            nxt.append(items[0] if len(items) == 1 else combine(items))
-        if len(nxt) >= len(level) and all(x == 1 for x in w):
-            raise _Decline("no progress")
-        level, w = nxt, [1] * len(nxt)
-    raise _Decline("too deep")
-
-
-class _Decline(Exception):
-    pass
-
+__all__ = ["CHUNK", "MAX_ARITY", "WideSplit", "balanced_chunks", "balanced_tree", "input_weight", "is_assoc", "split_node"]
 
 # Node splitters: each returns the replacement of node.outputs, or None.
-
-
-def _is_assoc(scalar_op) -> bool:
-    import pytensor.scalar as ps
-
-    return type(scalar_op) in (ps.Add, ps.Mul)
 
 
 def split_assoc_elemwise(fgraph, node):
@@ -151,7 +80,7 @@ def split_assoc_elemwise(fgraph, node):
     from pytensor.tensor.elemwise import Elemwise
 
     op = node.op
-    if not isinstance(op, Elemwise) or not _is_assoc(op.scalar_op) or op.destroy_map or len(node.outputs) != 1:
+    if not isinstance(op, Elemwise) or not is_assoc(op.scalar_op) or op.destroy_map or len(node.outputs) != 1:
         return None
     out = node.outputs[0]
     weights = [input_weight(i) for i in node.inputs]
@@ -284,301 +213,6 @@ def batch_block_sums(fgraph, node, operands: list) -> list:
     return [replace.get(i, v) for i, v in enumerate(operands) if i not in drop]
 
 
-def _inner_ancestors(var, stop_inputs: set):
-    """Inner Apply nodes of the Composite sub-expression computing ``var``."""
-    nodes, stack, seen = [], [var], set()
-    while stack:
-        v = stack.pop()
-        if v.owner is None or v in stop_inputs or v.owner in seen:
-            continue
-        seen.add(v.owner)
-        nodes.append(v.owner)
-        stack.extend(v.owner.inputs)
-    return nodes
-
-
-def split_composite(fgraph, node):
-    """Composite Elemwise with > MAX_ARITY weighted inputs whose wide part is one inner Add/Mul."""
-    import pytensor.scalar as ps
-    from pytensor.graph.basic import Constant
-    from pytensor.graph.replace import clone_replace
-    from pytensor.tensor.elemwise import Elemwise
-
-    op = node.op
-    if not isinstance(op, Elemwise) or not isinstance(op.scalar_op, ps.Composite) or op.destroy_map:
-        return None
-    weights = {o: input_weight(o) for o in node.inputs}
-    if sum(weights[i] for i in dict.fromkeys(node.inputs)) <= MAX_ARITY:
-        return None
-    comp = op.scalar_op
-    fg = comp.fgraph
-    inner_in = list(fg.inputs)
-    inner_out = list(fg.outputs)
-    outer_of = dict(zip(inner_in, node.inputs, strict=True))
-    # the widest associative inner node
-    wides = [n for n in fg.apply_nodes if _is_assoc(n.op) and len(n.inputs) > 2]
-    if not wides:
-        return None
-    wide = max(wides, key=lambda n: len(n.inputs))
-    wout = wide.outputs[0]
-    if any(i.type.dtype != wout.type.dtype for i in wide.inputs):
-        return None
-    stop = set(inner_in)
-    # each operand's private sub-expression and the outer inputs it reads;
-    # operands whose sub-expression is also used elsewhere stay in the main
-    # Composite (moving them out would compute them twice)
-    operand_info, kept = [], []
-    seen_operands = set()
-    for o in wide.inputs:
-        if o.owner is not None and o in seen_operands:
-            kept.append(o)  # a repeated sub-expression: keep every copy where it is
-            continue
-        seen_operands.add(o)
-        sub = _inner_ancestors(o, stop)
-        subset = set(sub)
-        private = True
-        for n in sub:
-            for out in n.outputs:
-                for client, _ in fg.clients[out]:
-                    if client == "output" or (client not in subset and client is not wide):
-                        private = False
-                    elif client is wide and out is not o:
-                        private = False
-        if o.owner is not None and wide.inputs.count(o) > 1:
-            private = False
-        if not private:
-            kept.append(o)
-            continue
-        if o in stop:
-            reads = [o]
-        else:
-            reads = list(dict.fromkeys(v for n in sub for v in n.inputs if v in stop))
-        operand_info.append((o, sub, reads))
-    # chunk the movable operands greedily by the outer weight of the inputs they read
-    chunks, cur, cur_reads = [], [], {}
-    total_w = sum(weights[outer_of[r]] for info in operand_info for r in info[2]) or 1
-    n_target = max(1, math.ceil(total_w / CHUNK))
-    target = min(CHUNK, math.ceil(total_w / n_target))
-    for info in operand_info:
-        reads = {r: weights[outer_of[r]] for r in info[2]}
-        merged = {**cur_reads, **reads}
-        if cur and sum(merged.values()) > target:
-            chunks.append(cur)
-            cur, cur_reads = [], {}
-            merged = reads
-        if sum(reads.values()) > CHUNK:
-            return None
-        cur.append(info)
-        cur_reads = merged
-    if cur:
-        chunks.append(cur)
-    if len(chunks) < 2:
-        return None
-
-    scalar_op = wide.op
-    chunk_outer, replace_operands = [], list(kept)
-    for chunk in chunks:
-        ops_ = [info[0] for info in chunk]
-        if len(chunk) == 1 and chunk[0][0] in stop:
-            # a bare input operand: keep it as is
-            replace_operands.append(ops_[0])
-            continue
-        reads = list(dict.fromkeys(r for info in chunk for r in info[2]))
-        if not reads:  # constants only: leave them in the main composite
-            replace_operands.extend(ops_)
-            continue
-        new_in = [r.type() for r in reads]
-        expr = scalar_op(*ops_) if len(ops_) > 1 else ops_[0]
-        expr = clone_replace([expr], dict(zip(reads, new_in)))[0]
-        if expr.type.dtype != wout.type.dtype:
-            return None
-        sub_comp = ps.Composite(new_in, [expr])
-        chunk_var = Elemwise(sub_comp)(*[outer_of[r] for r in reads])
-        chunk_outer.append(chunk_var)
-        placeholder = ps.get_scalar_type(wout.type.dtype)()
-        replace_operands.append(placeholder)
-        outer_of[placeholder] = chunk_var
-    if len(chunk_outer) > CHUNK:
-        return None
-    # the main composite: the wide node now combines chunk results
-    new_wout = scalar_op(*replace_operands)
-    # rebuild only what depends on the wide node; everything else is reused as is
-    memo = {wout: new_wout}
-    for inner_node in fg.toposort():
-        if inner_node is wide or not any(i in memo for i in inner_node.inputs):
-            continue
-        rebuilt = inner_node.clone_with_new_inputs([memo.get(i, i) for i in inner_node.inputs])
-        memo.update(zip(inner_node.outputs, rebuilt.outputs, strict=True))
-    new_outs = [memo.get(o, o) for o in inner_out]
-    # its inputs: the original inputs still read, plus the chunk placeholders
-    used = set()
-    for v in new_outs:
-        stack = [v]
-        while stack:
-            x = stack.pop()
-            if x in used:
-                continue
-            used.add(x)
-            if x.owner is not None:
-                stack.extend(x.owner.inputs)
-    main_in = [v for v in inner_in if v in used] + [v for v in replace_operands if v in outer_of and v not in stop]
-    main_in = list(dict.fromkeys(main_in))
-    if any(v.owner is None and not isinstance(v, Constant) and v not in set(main_in) for v in used):
-        return None
-    main_outer = [outer_of[v] for v in main_in]
-    main_weight = sum(input_weight(o) for o in dict.fromkeys(main_outer))
-    orig_weight = sum(weights[i] for i in dict.fromkeys(node.inputs))
-    if main_weight > CHUNK and main_weight >= orig_weight:
-        return None
-    if main_weight > MAX_ARITY:
-        return None
-    main_comp = ps.Composite(main_in, new_outs)
-    new = Elemwise(main_comp)(*main_outer, return_list=True)
-    return new
-
-
-def _join_buffer(tensors, axis: int, out_type):
-    """``concatenate(tensors, axis)`` as set_subtensor writes into one empty buffer."""
-    import pytensor.tensor as pt
-
-    ndim = out_type.ndim
-    lengths = []
-    for t in tensors:
-        s = t.type.shape[axis]
-        lengths.append(int(s) if s is not None else t.shape[axis])
-    other = []
-    for d in range(ndim):
-        if d == axis:
-            other.append(None)
-            continue
-        dims = {t.type.shape[d] for t in tensors}
-        if len(dims) != 1 or None in dims:
-            raise _Decline("non-axis dims not statically equal")
-        other.append(int(dims.pop()))
-    total = 0
-    offsets = [0]
-    for n in lengths:
-        total = total + n
-        offsets.append(total)
-    shape = [total if d == axis else other[d] for d in range(ndim)]
-    buf = pt.empty(shape, dtype=out_type.dtype)
-    for t, start, stop in zip(tensors, offsets[:-1], offsets[1:], strict=True):
-        if t.type.dtype != out_type.dtype:
-            t = pt.cast(t, out_type.dtype)
-        index = (slice(None),) * axis + (slice(start, stop),)
-        buf = pt.set_subtensor(buf[index], t)
-    return buf
-
-
-def split_join(fgraph, node):
-    """Join of > MAX_ARITY tensors → set_subtensor chain into one AllocEmpty buffer."""
-    from pytensor.graph.basic import Constant
-    from pytensor.tensor.basic import Join
-
-    if not isinstance(node.op, Join) or len(node.inputs) <= MAX_ARITY:  # the axis counts: it is a call argument
-        return None
-    axis_var, *tensors = node.inputs
-    if not isinstance(axis_var, Constant):
-        return None
-    out = node.outputs[0]
-    ndim = out.type.ndim
-    if ndim < 1 or any(t.type.ndim != ndim for t in tensors):
-        return None
-    axis = int(axis_var.data)
-    if axis < 0:
-        axis += ndim
-    if not 0 <= axis < ndim:
-        return None
-    from pytensor.scalar import upcast
-
-    if upcast(*[t.type.dtype for t in tensors]) != out.type.dtype:
-        return None
-    return [_join_buffer(tensors, axis, out.type)]
-
-
-def split_make_vector(fgraph, node):
-    """MakeVector of > MAX_ARITY scalars → Join of chunk MakeVectors (a buffer when still wide)."""
-    import pytensor.tensor as pt
-    from pytensor.tensor.basic import MakeVector
-
-    if not isinstance(node.op, MakeVector) or len(node.inputs) <= MAX_ARITY:
-        return None
-    vectorized = vectorize_make_vector(fgraph, node)
-    if vectorized is not None:
-        return [vectorized]
-    return [_chunked_make_vector(node.op, list(node.inputs))]
-
-
-def _chunked_make_vector(op, scalars: list):
-    """``op(*scalars)`` (a MakeVector) as a Join of ≤ CHUNK-wide MakeVectors when it is wider than MAX_ARITY."""
-    import pytensor.tensor as pt
-
-    if len(scalars) <= MAX_ARITY:
-        return op(*scalars)
-    chunks = balanced_chunks([1] * len(scalars))
-    parts = [op(*[scalars[i] for i in c]) for c in chunks]
-    out_type = op(*scalars[:1]).type.clone(shape=(len(scalars),))
-    if len(parts) + 1 > MAX_ARITY:  # the Join's axis is a call argument too
-        return _join_buffer(parts, 0, out_type)
-    return pt.join(0, *parts)
-
-
-def vectorize_make_vector(fgraph, node):
-    """``MakeVector(f(a_1, b_1), …, f(a_n, b_n))`` → ``f(MakeVector(a_i…), MakeVector(b_i…))``.
-
-    Every input is the only output of a 0-d Elemwise with the same op whose
-    only client is this MakeVector (e.g. the n−1 ``Eq`` broadcast checks of n
-    gathered terms). The Elemwise then runs once on vectors: n scalar nodes
-    (n numba call lines) become one, plus the MakeVectors of its operands
-    (chunked). An operand that is the same variable in every row is
-    broadcast instead of repeated. Same scalar op on the same values: exact.
-    """
-    import pytensor.tensor as pt
-    from pytensor.tensor.basic import MakeVector
-    from pytensor.tensor.elemwise import Elemwise
-
-    owners = [v.owner for v in node.inputs]
-    if any(o is None for o in owners):
-        return None
-    op = owners[0].op
-    if not isinstance(op, Elemwise) or op.destroy_map:
-        return None
-    arity = len(owners[0].inputs)
-    for o, v in zip(owners, node.inputs, strict=True):
-        if o.op != op or len(o.outputs) != 1 or len(o.inputs) != arity or v.type.ndim != 0:
-            return None
-        if any(client is not node for client, _ in fgraph.clients[v]):
-            return None
-    columns = []
-    for j in range(arity):
-        col = [o.inputs[j] for o in owners]
-        t = col[0].type
-        if t.ndim != 0 or any(c.type != t for c in col):
-            return None
-        if all(c is col[0] for c in col):
-            columns.append(pt.shape_padleft(col[0]))
-        else:
-            columns.append(_chunked_make_vector(MakeVector(t.dtype), col))
-    new = op(*columns)
-    out = node.outputs[0]
-    if new.type.dtype != out.type.dtype or new.type.ndim != 1:
-        return None
-    return new
-
-
-def split_check_and_raise(fgraph, node):
-    """CheckAndRaise with > MAX_ARITY conditions → a chain of the same check, chunk by chunk."""
-    from pytensor.raise_op import CheckAndRaise
-
-    if not isinstance(node.op, CheckAndRaise) or len(node.inputs) <= MAX_ARITY:
-        return None
-    value, *conds = node.inputs
-    cur = value
-    for c in balanced_chunks([1] * len(conds), CHUNK - 1):
-        cur = node.op.make_node(cur, *[conds[i] for i in c]).outputs[0]
-    return [cur]
-
-
 def loop_composite(fgraph, node):
     """A wide Composite without gathered inputs → one :class:`~pmfast.passes.wide_loop.WideLoop` (the fused loop kept)."""
     from pmfast.passes.wide_loop import wide_loop
@@ -601,7 +235,7 @@ def split_node(fgraph, node):
     for splitter in SPLITTERS:
         try:
             new = splitter(fgraph, node)
-        except _Decline:
+        except Decline:
             new = None
         except Exception:
             _log.debug("wide_split: %s failed on %s", splitter.__name__, node, exc_info=True)
@@ -618,8 +252,6 @@ def split_node(fgraph, node):
                 return None
         return new
     return None
-
-
 
 
 def _changed(node, new):
