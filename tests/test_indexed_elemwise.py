@@ -1362,3 +1362,14 @@ def test_libm_body_runs_as_a_loop(monkeypatch):
     got, want = fn(np.array([np.nan, 1.0]), np.ones(2)), stock(np.array([np.nan, 1.0]), np.ones(2))
     assert np.isnan(got[0]) and np.isnan(want[0])
     np.testing.assert_array_equal(np.isnan(got[1]), np.isnan(want[1]))
+
+
+def test_short_static_libm_body_keeps_stock():
+    """Below ``MIN_MATH_LOOP`` elements of static length the Elemwise stays stock's."""
+    v = pt.vector("v", shape=(im.MIN_MATH_LOOP - 1,))
+    fn = pytensor.function([v], pt.exp(v).sum(), mode=get_mode(PASS))
+    assert not _fused_nodes(fn)
+    w = pt.vector("w", shape=(im.MIN_MATH_LOOP,))
+    fn = pytensor.function([w], pt.exp(w).sum(), mode=get_mode(PASS))
+    assert len(_fused_nodes(fn)) == 1
+    np.testing.assert_allclose(fn(np.linspace(-1, 1, im.MIN_MATH_LOOP)), np.exp(np.linspace(-1, 1, im.MIN_MATH_LOOP)).sum(), rtol=1e-14)

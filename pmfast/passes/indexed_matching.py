@@ -344,7 +344,7 @@ def _build_fused(fgraph, node, scatters: bool, vectorize_all: bool = False):
         # sums them in lanes, or when its body calls math functions (stock's Elemwise reaches its
         # scalar code through a call LLVM does not inline, spilling around each libm call);
         # for branch-free arithmetic stock's Elemwise + vectorized Sum is as good
-        if not (vectorize_all and ndim == 1 and (will_vectorize(op.scalar_op) or calls_math(op.scalar_op))):
+        if not (vectorize_all and ndim == 1 and (will_vectorize(op.scalar_op) or _math_loop(node))):
             return None
 
     # index arrays may be shared with reads; buffers always get their own slot
@@ -409,6 +409,17 @@ def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
         else:
             groups.append([pair])
     return tuple(tuple(g) for g in groups if len(g) > 1)
+
+
+#: A gather-free Elemwise calling libm becomes a loop only from this static length on (or when
+#: its length is not static): a few calls cost less than compiling one more loop.
+MIN_MATH_LOOP = 16
+
+
+def _math_loop(node) -> bool:
+    """Does the 1-d gather-free Elemwise ``node`` pay as a plain loop (:func:`calls_math`)?"""
+    n = node.outputs[0].type.shape[0]
+    return (n is None or n >= MIN_MATH_LOOP) and calls_math(node.op.scalar_op)
 
 
 def _fused_pairs(fgraph, node, vectorize_all: bool = False):
