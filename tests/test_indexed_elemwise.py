@@ -1033,7 +1033,9 @@ def test_declines_unproven_write_length():
     res = pt.inc_subtensor(x[idx], pt.exp(v))
     fused = pytensor.function([x, v, idx], res, mode=get_mode(PASS))
     stock = pytensor.function([x, v, idx], res, mode=get_mode("none"))
-    assert not _fused_nodes(fused)
+    # exp(v) may run as a loop of its own (it calls libm), never with the scatter inside
+    assert not [w for n in _fused_nodes(fused) for w in n.op.loop.writes if w.buffer is not None]
+    assert _count(fused, AdvancedIncSubtensor1) == 1
     args = (np.zeros(4), np.array([1.0]), np.array([0, 0, 3]))
     np.testing.assert_allclose(fused(*args), stock(*args))
 
