@@ -1321,7 +1321,7 @@ def test_broadcast_reads_hoisted_before_the_loop():
 def _bernoulli_terms(math_loops: bool):
     """``(y * eta - softplus(eta)).sum()`` and its gradient, libm bodies (no vector_math), with and
     without :data:`dispatch.MATH_LOOPS`; the stock function."""
-    eta, yv = pt.vector("eta"), pt.vector("yv")
+    eta, yv = pt.vector("eta", shape=(1003,)), pt.vector("yv", shape=(1003,))
     logp = (yv * eta - pt.softplus(eta)).sum()
     outs = [logp, pytensor.grad(logp, eta)]
     old = dispatch.MATH_LOOPS
@@ -1361,13 +1361,17 @@ def test_libm_body_runs_as_a_loop(monkeypatch):
     yv = rng.integers(0, 2, eta.size).astype(float)
     for got, want in zip(fn(eta, yv), stock(eta, yv)):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
-    got, want = fn(np.array([np.nan, 1.0]), np.ones(2)), stock(np.array([np.nan, 1.0]), np.ones(2))
+    eta[:2] = np.nan, 1.0
+    got, want = fn(eta, yv), stock(eta, yv)
     assert np.isnan(got[0]) and np.isnan(want[0])
     np.testing.assert_array_equal(np.isnan(got[1]), np.isnan(want[1]))
 
 
 def test_short_static_libm_body_keeps_stock():
-    """Below ``MIN_MATH_LOOP`` elements of static length the Elemwise stays stock's."""
+    """Below ``MIN_MATH_LOOP`` elements of static length, or of a length not static, the Elemwise
+    stays stock's."""
+    u = pt.vector("u")
+    assert not _fused_nodes(pytensor.function([u], pt.exp(u).sum(), mode=get_mode(PASS)))
     v = pt.vector("v", shape=(im.MIN_MATH_LOOP - 1,))
     fn = pytensor.function([v], pt.exp(v).sum(), mode=get_mode(PASS))
     assert not _fused_nodes(fn)

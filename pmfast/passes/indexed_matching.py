@@ -411,16 +411,17 @@ def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
     return tuple(tuple(g) for g in groups if len(g) > 1)
 
 
-#: A gather-free Elemwise calling libm becomes a loop only from this static length on (or when
-#: its length is not static): a few calls cost less than compiling one more loop, and on a
-#: µs-scale model the loop's checks weigh (golf_putting's 31 erf terms: 2.12 → 2.27 µs entry).
+#: A gather-free Elemwise calling libm becomes a loop only from this static length on (a length
+#: that is not static, ``pm.Data``, may be short: declined): a few calls cost less than compiling
+#: one more loop, and on a µs-scale model the loop's checks weigh (golf_putting's 31 erf terms
+#: of ``pm.Data``: 2.12 → 2.27 µs entry).
 MIN_MATH_LOOP = 32
 
 
 def _math_loop(node) -> bool:
     """Does the 1-d gather-free Elemwise ``node`` pay as a plain loop (:func:`calls_math`)?"""
     n = node.outputs[0].type.shape[0]
-    return (n is None or n >= MIN_MATH_LOOP) and calls_math(node.op.scalar_op)
+    return n is not None and n >= MIN_MATH_LOOP and calls_math(node.op.scalar_op)
 
 
 def _fused_pairs(fgraph, node, vectorize_all: bool = False):
