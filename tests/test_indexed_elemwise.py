@@ -1033,7 +1033,9 @@ def test_declines_unproven_write_length():
     res = pt.inc_subtensor(x[idx], pt.exp(v))
     fused = pytensor.function([x, v, idx], res, mode=get_mode(PASS))
     stock = pytensor.function([x, v, idx], res, mode=get_mode("none"))
-    assert not _fused_nodes(fused)
+    # exp(v) may run as a loop of its own (it calls libm), never with the scatter inside
+    assert not [w for n in _fused_nodes(fused) for w in n.op.loop.writes if w.buffer is not None]
+    assert _count(fused, AdvancedIncSubtensor1) == 1
     args = (np.zeros(4), np.array([1.0]), np.array([0, 0, 3]))
     np.testing.assert_allclose(fused(*args), stock(*args))
 
@@ -1313,3 +1315,67 @@ def test_broadcast_reads_hoisted_before_the_loop():
     head, body = src.split("for i0 in range(n0):")
     assert "a1 = in2[0]" in head and "a1 =" not in body
     assert "a0 = in0[p1]" in body and "p1 = np.uint64(j0 + size0_0 if j0 < 0 else j0)" in body
+
+
+@functools.cache
+def _bernoulli_terms(math_loops: bool):
+    """``(y * eta - softplus(eta)).sum()`` and its gradient, libm bodies (no vector_math), with and
+    without :data:`dispatch.MATH_LOOPS`; the stock function."""
+    eta, yv = pt.vector("eta", shape=(1003,)), pt.vector("yv", shape=(1003,))
+    logp = (yv * eta - pt.softplus(eta)).sum()
+    outs = [logp, pytensor.grad(logp, eta)]
+    old = dispatch.MATH_LOOPS
+    dispatch.MATH_LOOPS = math_loops
+    try:
+        fn = pytensor.function([eta, yv], outs, mode=get_mode(PASS))
+    finally:
+        dispatch.MATH_LOOPS = old
+    return fn, pytensor.function([eta, yv], outs, mode=get_mode("none"))
+
+
+def test_calls_math():
+    import pytensor.scalar as ps
+
+    from pmfast.vmath.ops import VmathExp
+
+    a, b = ps.float64(), ps.float64()
+    assert dispatch.calls_math(ps.exp) and dispatch.calls_math(ps.log1p)
+    assert dispatch.calls_math(ps.Composite([a, b], [ps.add(ps.mul(a, b), ps.softplus(a))]))
+    assert not dispatch.calls_math(ps.add) and not dispatch.calls_math(ps.Composite([a], [ps.sqrt(a * a)]))
+    i, j = ps.int64(), ps.int64()
+    assert not dispatch.calls_math(ps.Composite([i, j, a], [ps.exp(a) + ps.int_div(i, j)]))  # may raise
+    assert not dispatch.calls_math(VmathExp(ps.upgrade_to_float, name="exp"))  # pmfast.vmath: will_vectorize's
+
+
+def test_libm_body_runs_as_a_loop(monkeypatch):
+    """A gather-free 1-d Elemwise calling libm runs as a loop with its Sum absorbed (no per-element
+    call of the scalar core), same values as stock, also at the extremes; off: stock's Elemwise."""
+    fn, stock = _bernoulli_terms(True)
+    nodes = _fused_nodes(fn)
+    assert len(nodes) == 2  # the logp terms and the gradient
+    assert [SUM] in [[w.mode for w in n.op.loop.writes] for n in nodes]
+    off, _ = _bernoulli_terms(False)
+    assert not _fused_nodes(off)
+    rng = np.random.default_rng(3)
+    eta = np.concatenate([rng.normal(0, 3, 997), [0.0, -800.0, 800.0, 1e-300, -40.0, 40.0]])
+    yv = rng.integers(0, 2, eta.size).astype(float)
+    for got, want in zip(fn(eta, yv), stock(eta, yv)):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=0)
+    eta[:2] = np.nan, 1.0
+    got, want = fn(eta, yv), stock(eta, yv)
+    assert np.isnan(got[0]) and np.isnan(want[0])
+    np.testing.assert_array_equal(np.isnan(got[1]), np.isnan(want[1]))
+
+
+def test_short_static_libm_body_keeps_stock():
+    """Below ``MIN_MATH_LOOP`` elements of static length, or of a length not static, the Elemwise
+    stays stock's."""
+    u = pt.vector("u")
+    assert not _fused_nodes(pytensor.function([u], pt.exp(u).sum(), mode=get_mode(PASS)))
+    v = pt.vector("v", shape=(im.MIN_MATH_LOOP - 1,))
+    fn = pytensor.function([v], pt.exp(v).sum(), mode=get_mode(PASS))
+    assert not _fused_nodes(fn)
+    w = pt.vector("w", shape=(im.MIN_MATH_LOOP,))
+    fn = pytensor.function([w], pt.exp(w).sum(), mode=get_mode(PASS))
+    assert len(_fused_nodes(fn)) == 1
+    np.testing.assert_allclose(fn(np.linspace(-1, 1, im.MIN_MATH_LOOP)), np.exp(np.linspace(-1, 1, im.MIN_MATH_LOOP)).sum(), rtol=1e-14)

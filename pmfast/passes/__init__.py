@@ -40,8 +40,9 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              Elemwise body and fused loop as pmfast.vmath kernels (after
                              every pass that builds scalar bodies; off: pmfast.vmath.disable())
   * 49.34  indexed_elemwise  an Elemwise over (n, 1) columns whose body vectorizes as 1-d
-  * 49.35  indexed_elemwise  gather-free 1-d Elemwise (+ its Sum/All/Any) as one chunked
-                             loop, when vector_math made its body vectorizable
+  * 49.35  indexed_elemwise  gather-free 1-d Elemwise (+ its Sum/All/Any) as one loop:
+                             chunked when vector_math made its body vectorizable, plain
+                             when its body calls libm (no per-element call of a core)
     49.5   add_destroy_handler
     50.1   local_inplace_setsubtensor (makes wide_split's Join buffer destructive)
     50.5   inplace_elemwise, scan_make_inplace

@@ -90,7 +90,7 @@ class SqueezeColumns(PassRewriter):
 
 class IndexedElemwiseFusion(PassRewriter):
     """Graph rewriter: fuse every eligible Elemwise with its gathers and scatters (with
-    ``vectorize_all``: also the gather-free 1-d nodes whose body vectorizes, see
+    ``vectorize_all``: also the gather-free 1-d nodes whose body vectorizes or calls libm, see
     :func:`build_fused`)."""
 
     reason = PASS_NAME
@@ -157,8 +157,9 @@ indexed_elemwise_pass = register_pass(
 indexed_elemwise_pass.register(IndexedElemwiseFusion(), 49.2, name="fusion")
 
 # Position 49.35: gather-free 1-d Elemwise nodes (a likelihood's terms, their gradient) pay as a
-# loop only when the loop vectorizes, which is known once ``vector_math`` (49.3) has put
-# pmfast.vmath ops into their bodies; still before the destroy handler (49.5).
+# loop when the loop vectorizes or the body calls libm (``calls_math``), which is known once
+# ``vector_math`` (49.3) has put pmfast.vmath ops into their bodies; still before the destroy
+# handler (49.5).
 indexed_elemwise_pass.register(SqueezeColumns(), 49.34, name="squeeze_columns")
 indexed_elemwise_pass.register(IndexedElemwiseFusion(vectorize_all=True), 49.35, name="vector_loops")
 

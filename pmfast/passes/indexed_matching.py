@@ -20,7 +20,7 @@ from pytensor.tensor.shape import Reshape
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 from pmfast.compiler.arity import MAX_ARITY
-from pmfast.loops.dispatch import will_vectorize
+from pmfast.loops.dispatch import calls_math, will_vectorize
 from pmfast.loops.op import IndexedElemwise
 from pmfast.loops.spec import ALL, ANY, INC, REDUCTIONS, SET, STORE, SUM, Gather, IndexedLoop, Read, Write
 from pmfast.passes.indexed_gathers import (
@@ -193,7 +193,7 @@ def _full_bool_reduction(client, out):
 def build_fused(fgraph, node, vectorize_all: bool = False):
     """Return ``(replacements, new_node)`` for an Elemwise ``node``, or ``None`` to decline.
     ``vectorize_all``: also a 1-d node that gathers and scatters nothing, if its body vectorizes
-    (:func:`will_vectorize`)."""
+    (:func:`will_vectorize`) or calls math functions (:func:`calls_math`)."""
     res = _build_fused(fgraph, node, scatters=True, vectorize_all=vectorize_all)
     if res is _TOO_WIDE:
         res = _build_fused(fgraph, node, scatters=False, vectorize_all=vectorize_all)
@@ -340,10 +340,11 @@ def _build_fused(fgraph, node, scatters: bool, vectorize_all: bool = False):
             n_scatters += 1
 
     if n_gathers == 0 and n_scatters == 0:
-        # nothing gathered or scattered: a loop pays only when it vectorizes its pmfast.vmath
-        # calls (stock's Elemwise reaches a scalar function through a call LLVM does not inline)
-        # and sums them in lanes; otherwise stock's Elemwise + vectorized Sum is as good
-        if not (vectorize_all and ndim == 1 and will_vectorize(op.scalar_op)):
+        # nothing gathered or scattered: a loop pays when it vectorizes its pmfast.vmath calls and
+        # sums them in lanes, or when its body calls math functions (stock's Elemwise reaches its
+        # scalar code through a call LLVM does not inline, spilling around each libm call);
+        # for branch-free arithmetic stock's Elemwise + vectorized Sum is as good
+        if not (vectorize_all and ndim == 1 and (will_vectorize(op.scalar_op) or _math_loop(node))):
             return None
 
     # index arrays may be shared with reads; buffers always get their own slot
@@ -408,6 +409,19 @@ def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
         else:
             groups.append([pair])
     return tuple(tuple(g) for g in groups if len(g) > 1)
+
+
+#: A gather-free Elemwise calling libm becomes a loop only from this static length on (a length
+#: that is not static, ``pm.Data``, may be short: declined): a few calls cost less than compiling
+#: one more loop, and on a µs-scale model the loop's checks weigh (golf_putting's 31 erf terms
+#: of ``pm.Data``: 2.12 → 2.27 µs entry).
+MIN_MATH_LOOP = 32
+
+
+def _math_loop(node) -> bool:
+    """Does the 1-d gather-free Elemwise ``node`` pay as a plain loop (:func:`calls_math`)?"""
+    n = node.outputs[0].type.shape[0]
+    return n is not None and n >= MIN_MATH_LOOP and calls_math(node.op.scalar_op)
 
 
 def _fused_pairs(fgraph, node, vectorize_all: bool = False):
