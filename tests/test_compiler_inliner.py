@@ -36,8 +36,10 @@ def _caller(x):
 def _llvm(dispatcher) -> str:
     text = "".join(dispatcher.inspect_llvm().values())
     text = re.sub(r"B\d+v\d+B\d+\w+", "B", text)  # numba's unique names and ABI tags
+    text = re.sub(r'\[\d+ x i8\] c"([^"]*_ZN)', r'[K x i8] c"\1', text)  # strings holding those names
     text = re.sub(r"B\d+", "B", text)  # block labels: numba numbers them process-wide
     text = re.sub(r"_v\d+", "_v", text)  # inlined variables: named after the callee's numbered function id
+    text = re.sub(r"[ \t]+", " ", text)  # comments aligned after those labels
     return re.sub(r"\d{9,}", "N", text)
 
 
