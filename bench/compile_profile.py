@@ -39,6 +39,7 @@ class Recorder:
         self.llvm_by_phase: dict = defaultdict(float)
         self.cache_loads: dict = defaultdict(float)
         self.llvm_steps: dict = defaultdict(float)
+        self.by_pass: dict = defaultdict(float)
 
     def push(self, func, phase):
         self.stack.append([func, phase, time.thread_time(), 0.0])
@@ -46,6 +47,9 @@ class Recorder:
     def pop(self):
         func, phase, t0, child = self.stack.pop()
         dt = time.thread_time() - t0
+        if isinstance(phase, tuple):  # (phase, numba pass name)
+            self.by_pass[phase[1]] += dt - child
+            phase = phase[0]
         self.table[(func, phase)] += dt - child
         if self.stack:
             self.stack[-1][3] += dt
@@ -67,7 +71,8 @@ class Recorder:
         class Pass(event.Listener):
             def on_start(self, ev):
                 func = rec.stack[-1][0] if rec.stack else ev.data["qualname"]
-                rec.push(func, PHASES.get(ev.data["name"].split(" [")[0], "other passes"))
+                name = ev.data["name"].split(" [")[0]
+                rec.push(func, (PHASES.get(name, "other passes"), name))
 
             def on_end(self, ev):
                 rec.pop()
@@ -81,7 +86,8 @@ class Recorder:
                 rec.llvm += dt
                 if rec.stack:
                     rec.llvm_by_func[rec.stack[-1][0]] += dt
-                    rec.llvm_by_phase[rec.stack[-1][1]] += dt
+                    phase = rec.stack[-1][1]
+                    rec.llvm_by_phase[phase[0] if isinstance(phase, tuple) else phase] += dt
 
         event.register("numba:compile", Compile())
         event.register("numba:run_pass", Pass())
@@ -131,6 +137,7 @@ class Recorder:
             "llvm_total": self.llvm,
             "llvm_by_phase": dict(self.llvm_by_phase),
             "llvm_steps": dict(self.llvm_steps),
+            "by_pass": dict(self.by_pass),
             "n_functions": len(by_func),
             "cache_load_total": sum(self.cache_loads.values()),
             "n_cache_loads": len(self.cache_loads),
@@ -193,6 +200,8 @@ def main(argv=None):
     print(f"  inside LLVM (lock held): {r['llvm_total']:.2f} s; " + ", ".join(f"{k} {v:.2f}" for k, v in r["llvm_steps"].items()))
     for k, v in sorted(r["by_phase"].items(), key=lambda kv: -kv[1]):
         print(f"  phase {k:<36}{v:7.2f}  (of which in LLVM {r['llvm_by_phase'].get(k, 0):.2f})")
+    passes = sorted(r["by_pass"].items(), key=lambda kv: -kv[1])[:12]
+    print("  numba passes: " + ", ".join(f"{k} {v:.2f}" for k, v in passes))
     print(f"  {'function':<60}{'total':>7}{'typing':>8}{'lower':>8}{'llvm':>7}")
     for row in r["top"]:
         print(f"  {row['func'][:60]:<60}{row['total']:7.2f}{row.get('typing', 0):8.2f}{row.get('lowering', 0):8.2f}{row['llvm']:7.2f}")

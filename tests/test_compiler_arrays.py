@@ -132,3 +132,64 @@ def f(x, b):
 def test_declines(src, env):
     """Calls with other arguments, an ``np`` that is not numpy, a taken name, nested calls: unchanged."""
     assert arrays.rewrite_source(src, dict(env)) == src
+
+
+@numba.njit
+def _contig(a):
+    return arrays.ascontiguous1(a)
+
+
+@numba.njit
+def _contig_slice(a, i0, i1, j0, j1, js):
+    return arrays.ascontiguous1(a[i0:i1, :, j0:j1:js])  # an 'A' view of a C array
+
+
+def test_ascontiguous_layout_a_checks_in_place():
+    """An 'A' array is returned as is exactly when numba's ``is_contiguous`` says so (numba's own
+    check, compiled as a subroutine before), else copied; checked on views with axes of length
+    0 and 1, reversed and broadcast strides."""
+    from numba.np.numpy_support import is_contiguous
+
+    rng = np.random.default_rng(3)
+    base = np.arange(400.0)
+    views = [base[::2], base[5:6], base[:0], base[::-1], base[3:40][::-3]]
+    for _ in range(300):
+        nd = int(rng.integers(1, 4))
+        shape = tuple(int(rng.choice([0, 1, 1, 2, 3, 4])) for _ in range(nd))
+        strides = tuple(int(rng.choice([0, 8, 16, 24, 32, 96, -8])) for _ in range(nd))
+        if any(s < 0 for s in strides):
+            continue
+        views.append(np.lib.stride_tricks.as_strided(base, shape, strides))
+        c = np.zeros(shape)  # a C array seen as 'A' through a reversed-twice view
+        views.append(c[(slice(None, None, -1),) * nd][(slice(None, None, -1),) * nd])
+    from numba.core.base import BaseContext
+
+    internal = []
+    compile_internal = BaseContext.compile_internal
+
+    def recording(self, builder, impl, sig, args, locals=None):
+        internal.append(getattr(impl, "__name__", impl))
+        return compile_internal(self, builder, impl, sig, args, locals)
+
+    BaseContext.compile_internal = recording
+    try:
+        checked = [(v, _contig(v)) for v in views if numba.typeof(v).layout == "A"]
+    finally:
+        BaseContext.compile_internal = compile_internal
+    assert "is_contiguous" not in internal  # checked in place, not compiled as a subroutine
+    a = np.arange(5 * 2 * 6.0).reshape(5, 2, 6)
+    for _ in range(300):
+        i0, j0 = int(rng.integers(0, 4)), int(rng.choice([0, 0, 1, 2]))
+        i1, j1 = i0 + int(rng.integers(0, 3)), int(rng.choice([6, 6, j0 + 1, j0 + 2]))
+        js = int(rng.choice([1, 1, 2, 3]))
+        checked.append((a[i0:i1, :, j0:j1:js], _contig_slice(a, i0, i1, j0, j1, js)))
+    n_same = n_copy = 0
+    for v, got in checked:
+        assert got.flags.c_contiguous and got.shape == v.shape
+        np.testing.assert_array_equal(got, v)
+        want = is_contiguous(v.shape, v.strides, v.itemsize)
+        if got.size:
+            assert (got.ctypes.data == v.ctypes.data and got.strides == v.strides) == want, (v.shape, v.strides)
+            n_same += want
+            n_copy += not want
+    assert n_same > 20 and n_copy > 20

@@ -19,7 +19,9 @@ process would otherwise compile for cheaper equivalents;
 :mod:`~pmfast.compiler.cache` makes unreadable cache entries misses;
 :mod:`~pmfast.compiler.subroutines` keeps numba's internal subroutines
 (``np.sum``…) apart per fast-math flags, so an entry's code does not depend
-on what the process compiled before.
+on what the process compiled before; :mod:`~pmfast.compiler.ssa` makes
+numba's SSA reconstruction visit only the blocks that mention each variable;
+:mod:`~pmfast.compiler.inliner` drops numba's inliner's copies of fresh IR.
 :mod:`~pmfast.compiler.frames` makes pytensor's failed graph validations
 cheap. :func:`setup` installs them all (once per process).
 """
@@ -27,9 +29,11 @@ cheap. :func:`setup` installs them all (once per process).
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import cache, frames, overloads, subroutines
+    from pmfast.compiler import cache, frames, inliner, overloads, ssa, subroutines
 
     overloads.install()
     subroutines.install()
+    ssa.install()
+    inliner.install()
     cache.install()
     frames.install()

@@ -160,9 +160,68 @@ def ascontiguous1(typingctx, a):
     def codegen(context, builder, sig, args):
         from numba.np.arrayobj import _as_layout_array
 
+        if a.layout == "A" and a.ndim > 0:
+            return _as_c_layout(context, builder, sig, args)
         return _as_layout_array(context, builder, sig, args, output_layout="C")
 
     return ret(a), codegen
+
+
+def _as_c_layout(context, builder, sig, args):
+    """numba's ``_as_layout_array`` for an 'A' array and 'C' output, with the run-time contiguity
+    check built in place (:func:`_is_c_contiguous`) instead of compiled as a subroutine."""
+    from numba.core.imputils import impl_ret_borrowed
+    from numba.np.arrayobj import _array_copy, make_array
+
+    aryty = sig.args[0]
+    ary = make_array(aryty)(context, builder, value=args[0])
+    with builder.if_else(_is_c_contiguous(context, builder, aryty, ary)) as (then, orelse):
+        with then:
+            out_then = impl_ret_borrowed(context, builder, sig.return_type, args[0])
+            then_blk = builder.block
+        with orelse:
+            out_orelse = _array_copy(context, builder, sig, args)
+            orelse_blk = builder.block
+    phi = builder.phi(out_then.type)
+    phi.add_incoming(out_then, then_blk)
+    phi.add_incoming(out_orelse, orelse_blk)
+    return phi
+
+
+def _is_c_contiguous(context, builder, aryty, ary):
+    """``numba.np.numpy_support.is_contiguous(shape, strides, itemsize)`` for an array of static
+    ``ndim``, as straight-line IR. numba's function skips the inner and the outer axes of length
+    <= 1, checks the innermost remaining stride against the item size and each axis between the
+    first and the last remaining one by ``strides[ax] * dims[ax] == strides[ax - 1]``. Here every
+    one of those conditions is computed and kept only where it applies: the item size test at the
+    last long axis, the pair test at ``ax`` when a long axis comes before ``ax`` and one at or after
+    it; true when no axis is long."""
+    from llvmlite import ir
+    from numba.core import cgutils
+
+    nd = aryty.ndim
+    intp = context.get_value_type(types.intp)
+    dims = cgutils.unpack_tuple(builder, ary.shape, nd)
+    strides = cgutils.unpack_tuple(builder, ary.strides, nd)
+    itemsize = ir.Constant(intp, context.get_abi_sizeof(context.get_value_type(aryty.dtype)))
+    true, false = cgutils.true_bit, cgutils.false_bit
+    long = [builder.icmp_signed(">", d, ir.Constant(intp, 1)) for d in dims]
+    before = [false]  # before[k]: some axis < k is long
+    for k in range(nd):
+        before.append(builder.or_(before[k], long[k]))
+    after = [false] * (nd + 1)  # after[k]: some axis >= k is long
+    for k in reversed(range(nd)):
+        after[k] = builder.or_(after[k + 1], long[k])
+    ok = true
+    inner_ok = false
+    for k in range(nd):
+        inner = builder.and_(long[k], builder.not_(after[k + 1]))
+        inner_ok = builder.or_(inner_ok, builder.and_(inner, builder.icmp_signed("==", strides[k], itemsize)))
+    for ax in range(1, nd):
+        applies = builder.and_(before[ax], after[ax])
+        pair = builder.icmp_signed("==", builder.mul(strides[ax], dims[ax]), strides[ax - 1])
+        ok = builder.and_(ok, builder.or_(builder.not_(applies), pair))
+    return builder.or_(builder.not_(after[0]), builder.and_(inner_ok, ok))
 
 
 def _unified(typingctx, values):
