@@ -1,0 +1,111 @@
+"""Node by node: stock's node functions against pmfast's linker's, on the same graph, alternately.
+
+    OPENBLAS_NUM_THREADS=1 python bench/node_times.py MODEL [--passes index_dtypes] [--repeats 31] [--top 15]
+    ... --nodes solve_triangular,elemwise_14   # only these, compared many times
+
+When a model with no pass firing evaluates slower under pmfast than stock, the graph is the
+same and the difference is in how pmfast's linker implements or compiles a node
+(:mod:`pmfast.compiler.ops`, the source rewrites of :mod:`pmfast.linker`). This compiles the
+model's logp+grad graph twice (``"none"``: pytensor's linker; ``--passes``: pmfast's, with a
+selection that leaves the graph as stock's, by default ``index_dtypes``), runs each graph
+function once at a typical point recording every node function's arguments, and times each
+node function on its own arguments from an njit loop (thread CPU clock, short repeats, the
+two sides alternating). Nodes are matched by position: both graph functions list the same
+nodes in the same order when the graphs are equal (checked: same count).
+
+Reports per node the minimum over the repeats (the least disturbed on a loaded machine) and
+the median, largest differences first. In-place nodes run on their recorded inputs again and
+again; both sides alike.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import statistics
+import types
+
+import numpy as np
+
+
+def _recorded_calls(fn, x):
+    """``[(name, node function, args)]`` of one run of ``fn``'s graph function at point ``x``."""
+    import numba
+
+    import pmfast
+    from pmfast.compiler.entry import graph_function
+
+    @numba.njit
+    def call(f, args):  # node functions may have no CPython wrapper: call them from numba
+        return f(*args)
+
+    graph = graph_function(fn.vm.jit_fn)
+    names = {
+        s.value.func.id
+        for s in ast.walk(ast.parse(graph.__source__))
+        if isinstance(s, ast.Assign) and isinstance(s.value, ast.Call) and isinstance(s.value.func, ast.Name)
+    }
+    calls, env = [], dict(graph.__globals__)
+    for name in names:
+
+        def recorder(*args, _f=env[name], _name=name):
+            calls.append((_name, _f, tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args)))
+            return call(_f, args)
+
+        env[name] = recorder
+    types.FunctionType(graph.__code__, env)(*pmfast.kernel_args(fn, x))
+    return calls
+
+
+def main(argv=None):
+    import numba
+
+    import pmfast
+    from pmfast.bench import bench_points, time_runs
+    from pmfast.loading import load_model
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("--passes", default="index_dtypes")
+    ap.add_argument("--repeats", type=int, default=31)
+    ap.add_argument("--seconds", type=float, default=0.005, help="length of one timed repeat")
+    ap.add_argument("--top", type=int, default=15)
+    ap.add_argument("--nodes", default="", help="comma list of node function names (stock's): only these")
+    args = ap.parse_args(argv)
+
+    @numba.njit
+    def loop(f, n, a):
+        for _ in range(n):
+            f(*a)
+        return 0
+
+    model, _ = load_model(args.model)
+    stock, x0 = pmfast.logp_dlogp_function(model, "none")
+    fast, _ = pmfast.logp_dlogp_function(model, args.passes if args.passes in ("all", "none") else args.passes.split(","))
+    x = bench_points(x0)[1]
+    pairs = list(zip(_recorded_calls(stock, x), _recorded_calls(fast, x)))
+    if len(stock.maker.fgraph.apply_nodes) != len(fast.maker.fgraph.apply_nodes):
+        raise SystemExit("the two graphs differ (node counts): pick --passes that leave the graph as stock's")
+    if args.nodes:
+        pairs = [p for p in pairs if p[0][0] in args.nodes.split(",")]
+    for s, f in pairs:  # compile the loop for every signature before timing
+        loop(s[1], 1, s[2]), loop(f[1], 1, f[2])
+    times = [([], []) for _ in pairs]
+    for r in range(args.repeats):
+        for (s, f), (ts, tf) in zip(pairs, times):
+            sides = [(s, ts), (f, tf)] if r % 2 == 0 else [(f, tf), (s, ts)]
+            for (_, func, a), out in sides:
+                out += time_runs(lambda n, func=func, a=a: loop(func, n, a), 1, args.seconds)[0]
+    rows = sorted(
+        ((min(tf) - min(ts), s[0], f[0], min(ts), min(tf), statistics.median(ts), statistics.median(tf)) for (s, f), (ts, tf) in zip(pairs, times)),
+        key=lambda row: -abs(row[0]),
+    )
+    total = [sum(row[i] for row in rows) for i in (3, 4)]
+    print(f"sum of node minima (µs): stock {total[0]:.2f}, pmfast {total[1]:.2f} ({total[1] / total[0]:.3f}x); {len(rows)} nodes")
+    print(f"{'min diff':>9}  {'stock node':<36}{'pmfast node':<36}{'min µs':>17}{'median µs':>19}")
+    for d, ns, nf, ms, mf, es, ef in rows[: args.top if not args.nodes else None]:
+        print(f"{d:+9.3f}  {ns:<36}{nf:<36}{ms:8.3f} {mf:8.3f}{es:9.3f} {ef:9.3f}")
+
+
+if __name__ == "__main__":
+    main()
