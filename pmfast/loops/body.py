@@ -298,6 +298,14 @@ def flatten_composites(fgraph):
         fg.replace_all(list(zip(nested.outputs, outs)), reason="pmfast.flatten_composite")
 
 
+def body_ops(scalar_op) -> list:
+    """The scalar ops a loop over ``scalar_op`` runs: a Composite's inner ops (nested ones
+    flattened, :func:`flatten_composites`), or ``scalar_op`` itself."""
+    if not hasattr(scalar_op, "fgraph"):
+        return [scalar_op]
+    return [n.op for n in flatten_composites(scalar_op.fgraph).apply_nodes]
+
+
 #: Scalar ops whose numba code is branch-free arithmetic LLVM can widen: no libm call, nothing
 #: that raises (besides these, pmfast.vmath's ops).
 VECTOR_SAFE_OPS = (CHEAP_SCALAR_OPS - {"IntDiv"}) | {"IsNan", "IsInf", "Sqrt", "Floor", "Ceil", "Trunc"}

@@ -38,9 +38,9 @@ def will_vectorize(scalar_op) -> bool:
     least one of the latter (``vector_math``, 49.3, has run when the reduction loops are built)?"""
     if not CHUNKED:
         return False
-    from pmfast.loops.body import VECTOR_SAFE_OPS, _scalar_op_name, flatten_composites, is_vmath
+    from pmfast.loops.body import VECTOR_SAFE_OPS, _scalar_op_name, body_ops, is_vmath
 
-    ops = [n.op for n in flatten_composites(scalar_op.fgraph).apply_nodes] if hasattr(scalar_op, "fgraph") else [scalar_op]
+    ops = body_ops(scalar_op)
     if not all(_scalar_op_name(op) in VECTOR_SAFE_OPS or is_vmath(op) for op in ops):
         return False
     return any(is_vmath(op) for op in ops)
@@ -64,10 +64,9 @@ def calls_math(scalar_op) -> bool:
     """
     if not MATH_LOOPS:
         return False
-    from pmfast.loops.body import MAY_RAISE, VECTOR_SAFE_OPS, _scalar_op_name, flatten_composites, is_vmath
+    from pmfast.loops.body import MAY_RAISE, VECTOR_SAFE_OPS, _scalar_op_name, body_ops, is_vmath
 
-    ops = [n.op for n in flatten_composites(scalar_op.fgraph).apply_nodes] if hasattr(scalar_op, "fgraph") else [scalar_op]
-    names = {_scalar_op_name(op) for op in ops if not is_vmath(op)}
+    names = {_scalar_op_name(op) for op in body_ops(scalar_op) if not is_vmath(op)}
     return not names & MAY_RAISE and bool(names - VECTOR_SAFE_OPS)
 
 
