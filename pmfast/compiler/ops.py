@@ -54,7 +54,11 @@ import numpy as np
 from pmfast.compiler.arity import MAX_ARITY
 
 #: Bump when an implementation here changes (part of its cache key).
-VERSION = 6
+VERSION = 7
+
+#: A Composite's core inlines its scalar op functions up to this many statements, and calls them
+#: beyond (see :func:`_scalar_code`).
+CORE_INLINE_MAX = 64
 
 
 class SpecifyShapeError(AssertionError):
@@ -103,6 +107,20 @@ def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
     :data:`MAX_ARITY` arguments), which numba can't inline ("Calling a closure
     with *args is unsupported": a 41-term Add in a Composite, hier_var without
     ``wide_split``).
+
+    A scalar graph of more than :data:`CORE_INLINE_MAX` statements calls its
+    scalar op functions, as pytensor's Composite does. Each inlined call splits
+    the core's IR into new blocks, and numba's passes after inlining (the
+    inliner's post-processing, SSA, phi stripping, IR legalisation) compute
+    liveness over all of them by fixed-point iteration over the whole
+    function: their cost grows with blocks × variables. ar2_scan's 405-node
+    index-arithmetic Composite (130 Switches: branches) cost 35 CPU s to
+    compile with its calls inlined, 3.4 s with them called; a 42-node one
+    0.62 vs 0.48 s, a 70-node one 1.14 vs 0.88 s (each alone in a fresh
+    process). Smaller graphs keep inlining: in the zoo only ar2_scan's two
+    Composites exceed the limit, so every other core stays as it was. A called
+    function is linked into the core and optimised with it. The choice
+    depends on the scalar graph only (never on the cache).
     """
     import ast
 
@@ -120,9 +138,12 @@ def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
         env["scalar_fn"] = (len(ins) <= MAX_ARITY and inline.inline_version(scalar_fn)) or scalar_fn
         return [f"{', '.join(temps)} = scalar_fn({', '.join(ins)})"], env
     env.update(scalar_fn.py_func.__globals__)
-    wide = {c.func.id for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and _star_call(c)}
+    if len(fdef.body) > CORE_INLINE_MAX:
+        called = set(env)
+    else:
+        called = {c.func.id for c in ast.walk(fdef) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name) and _star_call(c)}
     for name, value in list(env.items()):
-        if name in wide or not isinstance(value, inline._dispatcher_type()):
+        if name in called or not isinstance(value, inline._dispatcher_type()):
             continue
         if (copy := inline.inline_version(value)) is not None:
             env[name] = copy
