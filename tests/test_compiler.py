@@ -229,6 +229,50 @@ def test_composite_with_a_wide_call_matches_stock():
     np.testing.assert_allclose(ours(*args), stock(*args), rtol=1e-14)
 
 
+def _composite_chain(n):
+    """A vector Composite of ``n`` ``switch(k > i, a + i, a - i)`` steps (three scalar nodes each)."""
+    a, k = pt.dvector("a"), pt.lvector("k")
+    out = a
+    for i in range(n):
+        out = pt.switch(k > i, out + i, out - i)
+    return [a, k], out
+
+
+def _core_env(fn):
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key
+    from pytensor.scalar.basic import Composite, get_scalar_type
+
+    node = next(n for n in fn.maker.fgraph.apply_nodes if isinstance(getattr(n.op, "scalar_op", None), Composite))
+    comp = node.op.scalar_op
+    scalar_node = comp.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
+    scalar_fn, _ = numba_funcify_and_cache_key(comp, node=scalar_node)
+    ins = [f"i{j}" for j in range(len(node.inputs))]
+    lines, env = ops._scalar_code(comp, scalar_fn, ins, [f"t{j}" for j in range(len(node.outputs))])
+    return len(comp.fgraph.apply_nodes), env
+
+
+def _inlined(env):
+    return [name for name, v in env.items() if getattr(v, "targetoptions", {}).get("inline") == "always"]
+
+
+def test_a_big_composites_core_calls_its_scalar_ops():
+    """A core inlines its scalar op functions up to ``CORE_INLINE_MAX`` statements and calls them beyond:
+    numba's passes after inlining grow with blocks x variables (ar2_scan's 405-node Composite took 35 CPU
+    s to compile inlined, 3.4 called). Both give stock's values."""
+    rng = np.random.default_rng(3)
+    args = rng.normal(size=5), np.array([0, 3, 9, 20, 40])
+    sizes = {}
+    for n in (8, 30):
+        inputs, out = _composite_chain(n)
+        ours = pytensor.function(inputs, out, mode=pmfast.get_mode("none"))
+        size, env = _core_env(ours)
+        sizes[n] = size
+        assert bool(_inlined(env)) == (size <= ops.CORE_INLINE_MAX), (size, _inlined(env))
+        stock = pytensor.function(inputs, out, mode="NUMBA")
+        np.testing.assert_array_equal(ours(*args), stock(*args))
+    assert sizes[8] <= ops.CORE_INLINE_MAX < sizes[30]
+
+
 def test_the_call_width_limit_is_defined_once():
     """Every module that chunks, splits or caps calls reads ``pmfast.compiler.arity.MAX_ARITY``:
     none defines its own 30, which could drift from the others'."""
