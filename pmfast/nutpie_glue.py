@@ -91,11 +91,11 @@ def compile_numba(
             "(nutpie passes these to numba.cfunc; pmfast compiles its callbacks itself)"
         )
     from pmfast import compiler
-    from pmfast.compiler import overloads
+    from pmfast.compiler import collector, overloads
 
     check_nutpie()
     compiler.setup()
-    with overloads.plain_errors(), _python_vm():
+    with collector.paused(), overloads.plain_errors(), _python_vm():
         return _compile_numba(
             model,
             mode,
