@@ -119,17 +119,18 @@ class _Forms:
             return [*c, ps.true_div(ps.constant(np.float64(1.0)), node.inputs[1])], a
         return [], Counter({v: 1})
 
-    def terms(self, v, sign: float = 1.0):
-        """``v`` as a list of ``(sign, coef factors, atoms)`` terms (split at add/sub/neg)."""
+    def terms(self, v, sign: float = 1.0, whole=frozenset()):
+        """``v`` as a list of ``(sign, coef factors, atoms)`` terms (split at add/sub/neg, except
+        the values in ``whole``)."""
         node = v.owner
         op = getattr(node, "op", None)
-        if not self.invariant(v):
+        if not self.invariant(v) and v not in whole:
             if isinstance(op, ps.Add):
-                return [t for i in node.inputs for t in self.terms(i, sign)]
+                return [t for i in node.inputs for t in self.terms(i, sign, whole)]
             if isinstance(op, ps.Sub):
-                return self.terms(node.inputs[0], sign) + self.terms(node.inputs[1], -sign)
+                return self.terms(node.inputs[0], sign, whole) + self.terms(node.inputs[1], -sign, whole)
             if isinstance(op, ps.Neg):
-                return self.terms(node.inputs[0], -sign)
+                return self.terms(node.inputs[0], -sign, whole)
         c, a = self.scale(v)
         return [(sign, c, a)]
 
@@ -201,7 +202,15 @@ def factor_sums(fgraph, node):
     forms = _Forms(_invariant_inputs(loop, node, inner_in))
     if not forms.inv_inputs:
         return None
-    split = {k: forms.terms(inner_out[loop.writes[k].output]) for k in sums}
+    # a sum whose value is itself a factor of another sum's terms (Σ r next to Σ r²) stays whole:
+    # split, its pieces would be monomials of their own
+    whole: frozenset = frozenset()
+    for _ in range(4):
+        split = {k: forms.terms(inner_out[loop.writes[k].output], 1.0, whole) for k in sums}
+        atoms = frozenset(a for terms in split.values() for _, _, t in terms for a in t)
+        if atoms <= whole:
+            break
+        whole |= atoms
     monomials: dict = {}  # frozenset of atom powers -> position among the new sums
     gain = False
     for terms in split.values():
