@@ -46,12 +46,13 @@ from pytensor.graph.basic import Constant
 from pytensor.graph.replace import clone_replace
 from pytensor.scalar import basic as ps
 from pytensor.tensor.basic import cast, constant
-from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.shape import Shape_i
 
 from pmfast.loops.op import IndexedElemwise
 from pmfast.loops.spec import SUM, IndexedLoop, Write
 from pmfast.passes.registry import register_pass
+from pmfast.passes.wide_loop import _invariant_source
 from pmfast.passes.rewriting import NodeRewritePass, record_nodes_added
 
 _log = logging.getLogger(__name__)
@@ -151,12 +152,8 @@ def _monomial(atoms: Counter):
 
 def _zero_d(v):
     """A 0-d view of a static length-1 operand: the 0-d value it expands, or a DimShuffle dropping its axes."""
-    if v.type.ndim == 0:
-        return v
-    node = v.owner
-    if node is not None and isinstance(node.op, DimShuffle) and node.inputs[0].type.ndim == 0:
-        return node.inputs[0]
-    return v.dimshuffle(())
+    src = _invariant_source(v)
+    return v.dimshuffle(()) if src is None else src
 
 
 def _loop_length(loop: IndexedLoop, node):
