@@ -35,6 +35,8 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              exp(-|x|); after every merge, before the loop bodies
   * 49.2   indexed_elemwise  gathers + Composite + scatters (+ Sum) as one loop
   * 49.22  indexed_elemwise  left-over scatter-adds of one y as one identity loop
+  * 49.24  affine_sums       a fused loop's sums with loop-invariant factors: the loop sums
+                             the row products, a 0-d Composite after it applies the factors
   * 49.25  softmax_rows      last-axis Softmax / LogSoftmax of one tensor as one row loop
   * 49.3   vector_math       exp/log/log1p/expm1/softplus/sigmoid/erf/erfc/erfcx in every
                              Elemwise body and fused loop as pmfast.vmath kernels (after

@@ -188,4 +188,5 @@ BUILTIN: list[str] = [
     "pmfast.passes.scalarize",
     "pmfast.passes.unit_axes",
     "pmfast.passes.vector_math",
+    "pmfast.passes.affine_sums",
 ]
