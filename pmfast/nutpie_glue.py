@@ -95,7 +95,7 @@ def compile_numba(
 
     check_nutpie()
     compiler.setup()
-    with collector.paused(), overloads.plain_errors(), _python_vm():
+    with collector.relaxed(), overloads.plain_errors(), _python_vm():
         return _compile_numba(
             model,
             mode,
