@@ -44,6 +44,7 @@ from collections import Counter
 import numpy as np
 from pytensor.graph.basic import Constant
 from pytensor.graph.replace import clone_replace
+from pytensor.graph.traversal import graph_inputs
 from pytensor.scalar import basic as ps
 from pytensor.tensor.basic import cast, constant
 from pytensor.tensor.elemwise import Elemwise
@@ -53,7 +54,7 @@ from pmfast.loops.op import IndexedElemwise
 from pmfast.loops.spec import SUM, IndexedLoop, Write
 from pmfast.passes.registry import register_pass
 from pmfast.passes.wide_loop import _invariant_source
-from pmfast.passes.rewriting import NodeRewritePass, record_nodes_added
+from pmfast.passes.rewriting import NodeRewritePass
 
 _log = logging.getLogger(__name__)
 
@@ -281,20 +282,7 @@ def factor_sums(fgraph, node):
 
 def _graph_inputs(v):
     """The root variables (non-constants) of a scalar expression."""
-    from pytensor.graph.traversal import graph_inputs
-
     return [i for i in graph_inputs([v]) if not isinstance(i, Constant)]
-
-
-class _FactorSums(NodeRewritePass):
-    """``factor_sums`` over a graph, counting the nodes it adds (the 0-d Composite after each loop)."""
-
-    def apply(self, fgraph):
-        before = len(fgraph.apply_nodes)
-        total = super().apply(fgraph)
-        if total:
-            record_nodes_added(fgraph, PASS_NAME, len(fgraph.apply_nodes) - before)
-        return total
 
 
 affine_sums_pass = register_pass(
@@ -303,4 +291,6 @@ affine_sums_pass = register_pass(
 
 # Position 49.24: after the loops are built (49.2, 49.22), before ``vector_math`` (49.3) converts
 # their bodies and before the destroy handler (49.5).
-affine_sums_pass.register(_FactorSums(factor_sums, (IndexedElemwise,), PASS_NAME, max_rounds=1), 49.24, name="factor")
+affine_sums_pass.register(
+    NodeRewritePass(factor_sums, (IndexedElemwise,), PASS_NAME, max_rounds=1, adds_nodes=True), 49.24, name="factor"
+)

@@ -45,15 +45,18 @@ class NodeRewritePass(PassRewriter):
     is an instance of ``op_types``; successful rewrites are counted as firings
     of ``pass_name`` (:func:`pmfast.passes.registry.record`). Rounds repeat
     while some rewrite applied (a rewrite's output may hold the pattern
-    again, e.g. nested switches), at most ``max_rounds`` times.
+    again, e.g. nested switches), at most ``max_rounds`` times. A pass that
+    adds nodes by design (``adds_nodes``) reports the net count to
+    :func:`record_nodes_added`.
     """
 
-    def __init__(self, rewrite, op_types, pass_name: str, max_rounds: int = 8):
+    def __init__(self, rewrite, op_types, pass_name: str, max_rounds: int = 8, adds_nodes: bool = False):
         super().__init__()
         self.rewrite = rewrite
         self.op_types = op_types
         self.pass_name = pass_name
         self.max_rounds = max_rounds
+        self.adds_nodes = adds_nodes
         self.reason = f"pmfast.{pass_name}.{rewrite.__name__}"
         self.__name__ = rewrite.__name__
 
@@ -64,7 +67,7 @@ class NodeRewritePass(PassRewriter):
     def apply(self, fgraph):
         from pmfast.passes.registry import record
 
-        total = 0
+        total, before = 0, len(fgraph.apply_nodes)
         for _ in range(self.max_rounds):
             n = 0
             for node in list(fgraph.toposort()):
@@ -75,6 +78,8 @@ class NodeRewritePass(PassRewriter):
                 break
         if total:
             record(fgraph, self.pass_name, total)
+            if self.adds_nodes:
+                record_nodes_added(fgraph, self.pass_name, len(fgraph.apply_nodes) - before)
         return total
 
 
@@ -89,7 +94,8 @@ def nodes_added(obj) -> dict[str, int]:
 
     Only passes that add nodes by design report (``wide_split``: narrow pieces
     instead of one wide node; ``indexed_elemwise``: the column views of an ``(n, 1)``
-    Elemwise run as 1-d); a rewrite that merely adds nodes has no allowance.
+    Elemwise run as 1-d; ``affine_sums``: the 0-d Composite after a loop); a rewrite that
+    merely adds nodes has no allowance.
     """
     fgraph = obj.maker.fgraph if hasattr(obj, "maker") else obj
     return dict(getattr(fgraph, "_pmfast_nodes_added", {}))
