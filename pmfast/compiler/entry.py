@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 #: Bump whenever the generated source or its compilation changes.
-ENTRY_VERSION = 4
+ENTRY_VERSION = 5
 
 
 def entry_fastmath():
@@ -282,13 +282,10 @@ def generate_source(spec: EntrySpec, name: str = "entry") -> str:
     vector = _graph_output_index(spec.kind, 0)
     pieces = spec.pieces[vector] if spec.pieces[vector] is not None else (spec.outputs[vector],)
     emit("    _pm_at = 0")
-    for piece in pieces:
-        emit(f"    _pm_piece = {piece}")
-        emit(f"    if _pm_at + _pm_piece.shape[0] > {spec.n_out}:")
+    for piece in pieces:  # each piece copied by an intrinsic: -1 if it doesn't fit (nothing written)
+        emit(f"    _pm_at = _pm_put(out_, _pm_at, {piece}, {spec.n_out})")
+        emit("    if _pm_at < 0:")
         emit(f"        raise ValueError('{spec.kind} entry: the outputs do not fit the {spec.n_out} values expected')")
-        emit("    for _pm_i in range(_pm_piece.shape[0]):")
-        emit("        out_[_pm_at + _pm_i] = _pm_piece[_pm_i]")
-        emit("    _pm_at += _pm_piece.shape[0]")
     emit(f"    if _pm_at != {spec.n_out}:")
     emit(f"        raise ValueError('{spec.kind} entry: the outputs do not fill the {spec.n_out} values expected')")
     if spec.kind == "logp":
@@ -318,6 +315,11 @@ class Entry:
     cache_hit: bool
 
 
+def lean_ir_enabled() -> bool:
+    """Whether entries are compiled with :mod:`pmfast.compiler.lean_ir`'s passes (``PMFAST_LEAN_IR=0``: not)."""
+    return os.environ.get("PMFAST_LEAN_IR", "1") != "0"
+
+
 def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -> str | None:
     """The numba cache key of an entry, or None if its graph can't be cached."""
     if graph_key is None:
@@ -341,6 +343,7 @@ def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -
         bool(config.numba__fastmath),
         FASTMATH,
         sorted(options.items()),
+        lean_ir_enabled(),
     )
     return "pmfast_entry_" + hashlib.sha256(repr(ident).encode()).hexdigest()
 
@@ -430,7 +433,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
 
-    from pmfast.compiler import cache, native
+    from pmfast.compiler import cache, entry_native, native
 
     original = spec
     py_graph = graph_function(fn.vm.jit_fn)
@@ -462,6 +465,9 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
         _pm_view=native.array_view,
         _pm_stack=native.stack_buffer,
         _pm_cell=native.cell,
+        _pm_store_cell=entry_native.store_cell,
+        _pm_store_slot=entry_native.store_slot,
+        _pm_put=entry_native.put_piece,
         _pm_u64=np.uint64,
         _pm_f64=np.float64,
         **{f"_pm_dt{i}": np.dtype(s.dtype).type for i, s in enumerate(spec.shared)},
@@ -472,6 +478,10 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
         from pmfast.linker import _lean_compiler
 
         options["pipeline_class"] = _lean_compiler(inline_threshold=threshold)
+    if lean_ir_enabled():
+        from pmfast.compiler import lean_ir
+
+        options["pipeline_class"] = lean_ir.pipeline(options.get("pipeline_class"))
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )

@@ -118,42 +118,16 @@ def _scalar_core(dispatcher, n_out: int):
 LANES = 8
 
 
-def _lane_sum():
-    import numba
-
-    @numba.njit(inline="always")
-    def lane_sum(x):
-        """Sum of the 1-d float64 array ``x`` with :data:`LANES` partial sums, combined pairwise: a fixed order."""
-        n = x.shape[0]
-        s0 = s1 = s2 = s3 = s4 = s5 = s6 = s7 = 0.0
-        i = 0
-        while i + 8 <= n:
-            s0 += x[i]
-            s1 += x[i + 1]
-            s2 += x[i + 2]
-            s3 += x[i + 3]
-            s4 += x[i + 4]
-            s5 += x[i + 5]
-            s6 += x[i + 6]
-            s7 += x[i + 7]
-            i += 8
-        total = ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))
-        while i < n:
-            total += x[i]
-            i += 1
-        return total
-
-    return lane_sum
-
-
-_LANE_SUM = []
-
-
 def lane_sum_function():
-    """The numba function the entry sums vectors with (one per process)."""
-    if not _LANE_SUM:
-        _LANE_SUM.append(_lane_sum())
-    return _LANE_SUM[0]
+    """What the entry sums vectors with: :func:`pmfast.compiler.entry_native.lane_sum`, an intrinsic.
+
+    :data:`LANES` partial sums over the blocks of 8, combined pairwise, then the remaining
+    elements: a fixed order. It was an ``inline="always"`` numba function: ~70 IR statements
+    (10 loop-carried variables) typed, lowered and SSA-fixed again at each call site.
+    """
+    from pmfast.compiler import entry_native
+
+    return entry_native.lane_sum
 
 
 def _scalar_loop(dispatcher, outputs):
@@ -270,15 +244,13 @@ def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
         dtype = scalars[name]
         buffer, k = BUFFERS[dtype][0], slots[dtype]
         slots[dtype] += 1
-        out_body.append(f"{buffer}[{k}] = {name}")
-        out_ops.append(None)
         return buffer, k
 
     def as_array(name: str) -> str:
         if name not in views:
             buffer, k = slot_for(name)
             views[name] = f"{name}_pm_view"
-            out_body.append(f"{views[name]} = _pm_cell({buffer}, {k})")
+            out_body.append(f"{views[name]} = _pm_store_cell({buffer}, {k}, {name})")
             out_ops.append(None)
         return views[name]
 
@@ -317,7 +289,7 @@ def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
         if ok and _expand_dims_of_scalar(node) and args[0] in scalars:
             changed = True
             buffer, k = slot_for(args[0])
-            out_body.append(f"{targets[0]} = {buffer}[{k}:{k + 1}]")
+            out_body.append(f"{targets[0]} = _pm_store_slot({buffer}, {k}, {args[0]})")
             out_ops.append(None)
             continue
         if ok and op == "IndexedElemwise" and any(_is_scalar(o) for o in node.outputs):

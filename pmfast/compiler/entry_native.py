@@ -1,0 +1,156 @@
+"""Intrinsics for the entry's own glue: lowered straight to LLVM IR instead of as numba statements.
+
+numba lowers every statement of an entry through Python code of its own, and
+some of the entry's glue costs many statements (and much LLVM IR) for little:
+writing the gradient's pieces into nutpie's buffer (a ``for`` loop per piece:
+an iterator, a range, an indexed load and store per element), storing a
+scalar in a stack slot and taking a view of it (a ``setitem`` and a slice),
+and the 8-lane vector sum (:mod:`pmfast.compiler.scalars`: inlined at each
+call site, ~70 statements with 9 indexed loads and 10 loop-carried
+variables). Each intrinsic here does the same loads, stores and float
+operations, in the same order, in a few LLVM instructions built once per
+call site. Their ``fadd``s get the entry's fast-math flags like the
+statements' (numba sets them on the whole module), so the arithmetic is
+unchanged.
+
+A separate module from :mod:`pmfast.compiler.native`, whose source keys the
+model-independent sampler callbacks (changing it would recompile those on
+every machine).
+"""
+
+from __future__ import annotations
+
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+from numba.np.arrayobj import load_item, make_array, populate_array, store_item
+
+#: Partial sums of :func:`lane_sum` (the order of its additions depends on it).
+LANES = 8
+
+
+def _element_pointer(context, builder, arrty, ary, index):
+    """Pointer to element ``index`` of the 1-d array ``ary`` (no wraparound: ``index`` is in range)."""
+    return cgutils.get_item_pointer2(
+        context,
+        builder,
+        data=ary.data,
+        shape=cgutils.unpack_tuple(builder, ary.shape, 1),
+        strides=cgutils.unpack_tuple(builder, ary.strides, 1),
+        layout=arrty.layout,
+        inds=[index],
+        wraparound=False,
+    )
+
+
+def _is_contiguous_1d(ty) -> bool:
+    return isinstance(ty, types.Array) and ty.ndim == 1 and ty.layout == "C"
+
+
+def _store_then_view(ndim: int):
+    def typer(typingctx, ary, k, value):
+        if not (_is_contiguous_1d(ary) and isinstance(k, types.Integer) and isinstance(value, (types.Number, types.Boolean))):
+            return None
+        outty = types.Array(ary.dtype, ndim, "C")
+
+        def codegen(context, builder, sig, args):
+            src = make_array(ary)(context, builder, args[0])
+            index = context.cast(builder, args[1], sig.args[1], types.intp)
+            ptr = builder.gep(src.data, [index])
+            store_item(context, builder, ary, context.cast(builder, args[2], sig.args[2], ary.dtype), ptr)
+            out = make_array(outty)(context, builder)
+            itemsize = cgutils.intp_t(context.get_abi_sizeof(context.get_data_type(ary.dtype)))
+            one = [cgutils.intp_t(1)] * ndim
+            populate_array(out, data=ptr, shape=one, strides=[itemsize] * ndim, itemsize=itemsize, meminfo=None)
+            return out._getvalue()
+
+        return outty(ary, k, value), codegen
+
+    return typer
+
+
+store_cell = intrinsic(_store_then_view(0))
+store_cell.__doc__ = """``store_cell(buf, k, value)``: ``buf[k] = value``, then a 0-d view of ``buf[k]`` (``buf``: contiguous 1-d, no meminfo)."""
+store_slot = intrinsic(_store_then_view(1))
+store_slot.__doc__ = """``store_slot(buf, k, value)``: ``buf[k] = value``, then ``buf[k:k + 1]`` as a view without meminfo."""
+
+
+@intrinsic
+def put_piece(typingctx, out, at, piece, n_out):
+    """``put_piece(out, at, piece, n_out)``: copy the 1-d ``piece`` to ``out[at:at + len(piece)]``; the new offset.
+
+    ``out`` is a raw pointer to ``n_out`` values; returns ``-1`` (and writes nothing) if the piece doesn't fit.
+    Elements are converted to ``out``'s dtype as the assignment ``out[j] = piece[i]`` would.
+    """
+    if not (
+        isinstance(out, types.CPointer)
+        and isinstance(piece, types.Array)
+        and piece.ndim == 1
+        and isinstance(at, types.Integer)
+        and isinstance(n_out, types.Integer)
+    ):
+        return None
+
+    def codegen(context, builder, sig, args):
+        dst, start, value, limit = args
+        start = context.cast(builder, start, sig.args[1], types.intp)
+        limit = context.cast(builder, limit, sig.args[3], types.intp)
+        ary = make_array(piece)(context, builder, value)
+        n = cgutils.unpack_tuple(builder, ary.shape, 1)[0]
+        end = builder.add(start, n)
+        result = cgutils.alloca_once_value(builder, cgutils.intp_t(-1))
+        with builder.if_then(builder.icmp_signed("<=", end, limit), likely=True):
+            with cgutils.for_range(builder, n) as loop:
+                item = load_item(context, builder, piece, _element_pointer(context, builder, piece, ary, loop.index))
+                item = context.cast(builder, item, piece.dtype, out.dtype)
+                context.pack_value(builder, out.dtype, item, builder.gep(dst, [builder.add(start, loop.index)]))
+            builder.store(end, result)
+        return builder.load(result)
+
+    return types.intp(out, at, piece, n_out), codegen
+
+
+@intrinsic
+def lane_sum(typingctx, x):
+    """``lane_sum(x)``: the sum of the 1-d float64 array ``x`` in a fixed order.
+
+    :data:`LANES` partial sums ``s[k] += x[i + k]`` over the whole blocks of 8,
+    combined as ``((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7))``, then
+    the remaining elements added one by one (a vector's sum without
+    ``reassoc`` is otherwise one dependent chain; see :mod:`pmfast.compiler.scalars`).
+    """
+    if not (isinstance(x, types.Array) and x.ndim == 1 and x.dtype == types.float64):
+        return None
+
+    def codegen(context, builder, sig, args):
+        ary = make_array(x)(context, builder, args[0])
+        n = cgutils.unpack_tuple(builder, ary.shape, 1)[0]
+        zero = context.get_constant(types.float64, 0.0)
+        sums = [cgutils.alloca_once_value(builder, zero) for _ in range(LANES)]
+        i = cgutils.alloca_once_value(builder, cgutils.intp_t(0))
+        lanes = cgutils.intp_t(LANES)
+
+        def element(index):
+            return load_item(context, builder, x, _element_pointer(context, builder, x, ary, index))
+
+        head = builder.append_basic_block("lane_sum.head")
+        body = builder.append_basic_block("lane_sum.body")
+        done = builder.append_basic_block("lane_sum.done")
+        builder.branch(head)
+        builder.position_at_end(head)
+        at = builder.load(i)
+        builder.cbranch(builder.icmp_signed("<=", builder.add(at, lanes), n), body, done)
+        builder.position_at_end(body)
+        at = builder.load(i)
+        for k, s in enumerate(sums):
+            builder.store(builder.fadd(builder.load(s), element(builder.add(at, cgutils.intp_t(k)) if k else at)), s)
+        builder.store(builder.add(at, lanes), i)
+        builder.branch(head)
+        builder.position_at_end(done)
+        s = [builder.load(p) for p in sums]
+        total = builder.fadd(builder.fadd(builder.fadd(s[0], s[1]), builder.fadd(s[2], s[3])), builder.fadd(builder.fadd(s[4], s[5]), builder.fadd(s[6], s[7])))
+        acc = cgutils.alloca_once_value(builder, total)
+        with cgutils.for_range_slice(builder, builder.load(i), n, cgutils.intp_t(1)) as (index, _):
+            builder.store(builder.fadd(builder.load(acc), element(index)), acc)
+        return builder.load(acc)
+
+    return types.float64(x), codegen
