@@ -141,3 +141,51 @@ def test_entry_scalars_only_where_node_functions_are_inlined(kernels, monkeypatc
     kernel = nutpie_glue.logp_kernel(fn)
     assert not kernel.entry.spec.scalars
     np.testing.assert_allclose(kernel(x0)[1], stock(x0)[0], rtol=1e-12)
+
+
+def _put_pieces():
+    import numba
+
+    from pmfast.compiler.entry_native import put_piece
+    from pmfast.compiler.native import data_pointer
+
+    @numba.njit
+    def put(out, pieces_a, piece_b, n_out):
+        at = put_piece(data_pointer(out), 0, pieces_a, n_out)
+        if at < 0:
+            return at
+        return put_piece(data_pointer(out), at, piece_b, n_out)
+
+    return put
+
+
+def test_put_piece_copies_any_layout_and_refuses_what_does_not_fit():
+    put = _put_pieces()
+    a = np.arange(10.0)
+    b = np.arange(6, dtype=np.int64) * 3  # converted as out[j] = b[i] would
+    out = np.full(8, -1.0)
+    assert put(out, a[::2], b[:3], 8) == 8
+    np.testing.assert_array_equal(out, [0, 2, 4, 6, 8, 0, 3, 6])
+    out = np.full(8, -1.0)
+    assert put(out, a[:5], b[:4], 8) == -1  # the second piece doesn't fit: nothing of it written
+    np.testing.assert_array_equal(out, [0, 1, 2, 3, 4, -1, -1, -1])
+    assert put(out, a[:0], b[:0], 8) == 0
+
+
+def test_store_slot_and_cell_views():
+    import numba
+
+    from pmfast.compiler.entry_native import store_cell, store_slot
+    from pmfast.compiler.native import stack_buffer
+
+    @numba.njit
+    def f(x, flag):
+        buf = stack_buffer(3, np.float64)
+        bbuf = stack_buffer(1, np.bool_)
+        s = store_slot(buf, 1, x)
+        c = store_cell(buf, 2, x * 2.0)
+        b = store_cell(bbuf, 0, flag)
+        return s.shape[0], s[0], c.ndim, c[()], buf[1] + buf[2], b[()]
+
+    assert f(1.5, True) == (1, 1.5, 0, 3.0, 4.5, True)
+    assert not f(-2.0, False)[5]
