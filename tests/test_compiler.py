@@ -404,7 +404,11 @@ def test_a_big_graphs_entry_is_optimised_and_calls_its_node_functions(tiny, monk
     kernel = nutpie_glue.logp_kernel(fn)
     dispatcher = kernel.entry.dispatcher
     assert not dispatcher.targetoptions.get("_dbg_optnone")
-    assert dispatcher._compiler.pipeline_class is lk._lean_compiler(inline_threshold=entry.BIG_ENTRY_INLINE_THRESHOLD)
+    from pmfast.compiler import lean_ir
+
+    lean = lk._lean_compiler(inline_threshold=entry.BIG_ENTRY_INLINE_THRESHOLD)
+    assert dispatcher._compiler.pipeline_class is lean_ir.pipeline(lean)  # lean_ir's passes on the lean pipeline
+    assert issubclass(dispatcher._compiler.pipeline_class, lean)
     assert entry.BIG_ENTRY_INLINE_THRESHOLD == 0
     (cres,) = dispatcher.overloads.values()
     assert "optnone" not in cres.library.get_llvm_str()
