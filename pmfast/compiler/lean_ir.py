@@ -33,8 +33,9 @@ from collections import defaultdict
 
 _pipelines: dict = {}
 
-#: Statement kinds whose variables numba's ``replace_vars_stmt`` renames (a use in any other kind keeps its copy).
-_RENAMABLE = ("Assign", "Return", "Branch", "StaticSetItem", "SetItem", "SetAttr", "Print", "Raise", "StaticRaise", "Jump")
+#: Statement kinds whose variables numba's ``replace_vars_stmt`` renames (a use in any other kind, such as
+#: a ``DynamicRaise``'s arguments, keeps its copy).
+_RENAMABLE = ("Assign", "Return", "Branch", "StaticSetItem", "SetItem", "SetAttr", "Print", "Raise")
 
 
 def _copies(blocks, typemap):
