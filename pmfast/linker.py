@@ -114,7 +114,13 @@ class _Chunker(ast.NodeTransformer):
 
 
 def chunk_source(src: str) -> tuple[str, int]:
-    """``src`` with every call / tuple display of > MAX_ARITY items chunked; and how many were."""
+    """``src`` with every call / tuple display of > MAX_ARITY items chunked; and how many were.
+
+    A source with fewer than MAX_ARITY commas has no such site (n items take n - 1 commas)
+    and is returned without being parsed: most node sources are a few lines.
+    """
+    if src.count(",") < MAX_ARITY:
+        return src, 0
     try:
         tree = ast.parse(src)
     except SyntaxError:

@@ -117,3 +117,21 @@ def test_python_vm_stands_in_for_the_c_exceptions_module_and_restores_it():
         assert issubclass(real.CompileError, CompileError)
         for m in saved:
             sys.modules[m.__name__] = m
+
+
+def test_creation_traces_use_the_compile_limit_unless_the_user_set_one():
+    import pytensor.tensor as pt
+    from pytensor import config
+
+    with nutpie_glue._creation_traces():
+        assert config.traceback__limit == config.traceback__compile_limit
+        quiet = pt.dvector() + 1.0
+    assert quiet.tag.trace == []  # as pytensor's rewrites leave the variables they create
+    assert config.traceback__limit == 8
+    assert pt.dvector().exp().tag.trace  # recorded again after
+    try:
+        config.traceback__limit = 3  # the user's choice
+        with nutpie_glue._creation_traces():
+            assert config.traceback__limit == 3
+    finally:
+        config.traceback__limit = 8

@@ -533,3 +533,12 @@ def test_make_vector_not_vectorized_when_an_element_is_shared():
     vals = list(range(n))
     res = fn(*vals, 3)
     np.testing.assert_array_equal(res[0], np.arange(n) == 3)
+
+
+def test_chunk_source_comma_count_boundary():
+    """The unparsed fast path (fewer than MAX_ARITY commas) never skips a site that needs chunking."""
+    wide = "x = g(" + ", ".join(f"a{i}" for i in range(31)) + ")\n"  # 31 items, exactly 30 commas
+    assert wide.count(",") == 30
+    assert chunk_source(wide)[1] == 1
+    narrow = "x = g(" + ", ".join(f"a{i}" for i in range(30)) + ")\n"
+    assert chunk_source(narrow) == (narrow, 0)

@@ -23,13 +23,15 @@ on what the process compiled before; :mod:`~pmfast.compiler.ssa` makes
 numba's SSA reconstruction visit only the blocks that mention each variable;
 :mod:`~pmfast.compiler.inliner` drops numba's inliner's copies of fresh IR.
 :mod:`~pmfast.compiler.frames` makes pytensor's failed graph validations
-cheap. :func:`setup` installs them all (once per process).
+cheap; :mod:`~pmfast.compiler.c_code` reads pytensor's C code files once per
+class instead of once per op; :mod:`~pmfast.compiler.constants` builds a tensor
+constant's merge signature once. :func:`setup` installs them all (once per process).
 """
 
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import cache, frames, inliner, overloads, ssa, subroutines
+    from pmfast.compiler import c_code, cache, constants, frames, inliner, overloads, ssa, subroutines
 
     overloads.install()
     subroutines.install()
@@ -37,3 +39,5 @@ def setup() -> None:
     inliner.install()
     cache.install()
     frames.install()
+    c_code.install()
+    constants.install()

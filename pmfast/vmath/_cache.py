@@ -19,6 +19,8 @@ from numba.core.caching import CacheImpl, _CacheLocator
 import pmfast
 
 PACKAGE_DIR = Path(__file__).resolve().parent
+#: The package's module file names: a function from any other file name is not a vmath kernel.
+_MODULE_NAMES = frozenset(p.name for p in PACKAGE_DIR.glob("*.py"))
 
 
 def _source_version() -> str:
@@ -54,7 +56,9 @@ class VmathCacheLocator(_CacheLocator):
 
     @classmethod
     def from_function(cls, py_func, py_file):
-        if Path(py_file).resolve().parent != PACKAGE_DIR:
+        # numba asks every new cached dispatcher (hundreds per compile, mostly generated
+        # source); the name test spares them resolving a path on the file system
+        if os.path.basename(py_file) not in _MODULE_NAMES or Path(py_file).resolve().parent != PACKAGE_DIR:
             return None
         self = cls(py_func, py_file)
         try:
