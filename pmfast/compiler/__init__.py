@@ -23,13 +23,14 @@ on what the process compiled before; :mod:`~pmfast.compiler.ssa` makes
 numba's SSA reconstruction visit only the blocks that mention each variable;
 :mod:`~pmfast.compiler.inliner` drops numba's inliner's copies of fresh IR.
 :mod:`~pmfast.compiler.frames` makes pytensor's failed graph validations
-cheap. :func:`setup` installs them all (once per process).
+cheap; :mod:`~pmfast.compiler.determinism` makes the rewritten graph the same
+in every process. :func:`setup` installs them all (once per process).
 """
 
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import cache, frames, inliner, overloads, ssa, subroutines
+    from pmfast.compiler import cache, determinism, frames, inliner, overloads, ssa, subroutines
 
     overloads.install()
     subroutines.install()
@@ -37,3 +38,4 @@ def setup() -> None:
     inliner.install()
     cache.install()
     frames.install()
+    determinism.install()
