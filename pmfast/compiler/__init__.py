@@ -25,13 +25,14 @@ numba's SSA reconstruction visit only the blocks that mention each variable;
 :mod:`~pmfast.compiler.frames` makes pytensor's failed graph validations
 cheap; :mod:`~pmfast.compiler.c_code` reads pytensor's C code files once per
 class instead of once per op; :mod:`~pmfast.compiler.constants` builds a tensor
-constant's merge signature once. :func:`setup` installs them all (once per process).
+constant's merge signature once; :mod:`~pmfast.compiler.determinism` makes the
+rewritten graph the same in every process. :func:`setup` installs them all (once per process).
 """
 
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import c_code, cache, constants, frames, inliner, overloads, ssa, subroutines
+    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, overloads, ssa, subroutines
 
     overloads.install()
     subroutines.install()
@@ -41,3 +42,4 @@ def setup() -> None:
     frames.install()
     c_code.install()
     constants.install()
+    determinism.install()
