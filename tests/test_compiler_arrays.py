@@ -23,10 +23,12 @@ def f(x, y, n, b, i):
     w = np.ascontiguousarray(x[::2])
     k = np.array([x[1].item(), i], dtype=np.float64)
     m = np.array([b, b], dtype=np.bool_)
+    o = np.full((n, 2), i, dtype=np.float64)
+    p = np.full((n,), x[1], dtype=np.int32)
     g[:] = 1.0
     h[:] = 2.0
     s[:] = 3
-    return a, c, d, e, g, h, q, r, s, u, v, w, k, m
+    return a, c, d, e, g, h, q, r, s, u, v, w, k, m, o, p
 '''
 
 
@@ -55,7 +57,7 @@ class _Compiled(event.Listener):
 def test_same_values_types_and_aliasing():
     fast, src = _build(SRC, True)
     stock, _ = _build(SRC, False)
-    assert src.count("_pm_") == 14 and "np.asarray" not in src and "np.empty" not in src
+    assert src.count("_pm_") == 16 and "np.asarray" not in src and "np.empty" not in src and "np.full" not in src
     x, y = np.arange(6.0), np.arange(12.0).reshape(3, 4)[:, ::2]
     got, want = fast(x, y, 3, True, 7), stock(x, y, 3, True, 7)
     for g, w in zip(got, want, strict=True):
@@ -107,7 +109,8 @@ def f(x, b):
     q = np.asarray([1.0, 2.0])
     e = np.empty(x.shape, dtype=x.dtype)
     z = np.ascontiguousarray(2.5)
-    return m, q, e.shape, z
+    u = np.full(3, b, dtype="float32")
+    return m, q, e.shape, z, u
 '''
     fast, new = _build(src, True)
     stock, _ = _build(src, False)

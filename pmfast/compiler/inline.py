@@ -37,7 +37,8 @@ Not inlined (numba's inliner can't, or the entry would grow for nothing):
 functions that are not plain jitted functions (pytensor's ``@overload``
 Elemwise, object-mode fallbacks), functions taking ``*args`` (Join,
 CheckAndRaise), functions raising exceptions with runtime arguments or
-f-string messages (the inliner loses their types: SpecifyShape, Split), and
+f-string messages (the inliner loses their types: Split; pmfast's SpecifyShape calls a cached
+raiser instead), and
 ops with inner functions or inner graphs (Scan, OpFromGraph, IfElse,
 Blockwise, random variables). If numba still fails to compile an entry with
 inlined functions, the entry is compiled again calling them
@@ -54,7 +55,7 @@ import weakref
 from collections.abc import Sequence
 
 #: Ops whose node functions are never inlined (see the module docstring).
-NEVER = frozenset({"SpecifyShape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
+NEVER = frozenset({"Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
 
 #: Most bytecode instructions (summed over call sites) an entry inlines; see :func:`plan`.
 BUDGET = 4000
