@@ -37,8 +37,8 @@ Not inlined (numba's inliner can't, or the entry would grow for nothing):
 functions that are not plain jitted functions (pytensor's ``@overload``
 Elemwise, object-mode fallbacks), functions taking ``*args`` (Join,
 CheckAndRaise), functions raising exceptions with runtime arguments or
-f-string messages (the inliner loses their types: Split; pmfast's SpecifyShape calls a cached
-raiser instead), and
+f-string messages (the inliner loses their types; pmfast's SpecifyShape and Split call a
+cached raiser instead, :func:`pmfast.compiler.ops._specify_shape_fail`), and
 ops with inner functions or inner graphs (Scan, OpFromGraph, IfElse,
 Blockwise, random variables). If numba still fails to compile an entry with
 inlined functions, the entry is compiled again calling them
