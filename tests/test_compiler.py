@@ -578,3 +578,21 @@ def test_reshape_matches_stock(ndim):
                     fn(v, np.array(shape))
                 messages.append(str(err.value).splitlines()[0])
             assert messages[0] == messages[1]
+
+
+def test_raisers_are_cached_on_disk():
+    """The error paths shared by every model are compiled once per machine (numba's disk cache)."""
+    from numba.core.caching import FunctionCache
+
+    from pmfast.compiler import overloads, split
+
+    overloads.install()
+    for disp in (ops._specify_shape_fail(), split.split_fail()):
+        assert isinstance(disp._cache, FunctionCache)
+    from numba.core.registry import cpu_target
+    from numba.np import arrayobj
+
+    templates = cpu_target.typing_context.resolve_value_type(arrayobj.raise_with_shape_context).templates
+    cpu = [t for t in templates if getattr(t, "metadata", {}).get("target") == "CPU"]
+    assert cpu[0]._jit_options.get("cache") is True
+    assert cpu[0]._overload_func.__func__ is overloads._raise_with_shape_context if hasattr(cpu[0]._overload_func, "__func__") else True
