@@ -595,3 +595,42 @@ def test_raisers_are_cached_on_disk():
     templates = cpu_target.typing_context.resolve_value_type(arrayobj.raise_with_shape_context).templates
     cpu = [t for t in templates if getattr(t, "metadata", {}).get("target") == "CPU"]
     assert cpu[0]._jit_options.get("cache") is True
+    (alloc,) = cpu_target.typing_context.resolve_value_type(arrayobj._ol_array_allocate).templates
+    assert alloc._jit_options.get("cache") is True
+
+
+_ALLOC_PROBE = """
+import numba, numpy as np
+from numba.core import event
+from pmfast.compiler import overloads
+overloads.install()
+names = []
+class L(event.Listener):
+    def on_start(self, ev):
+        names.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        pass
+@numba.njit
+def f(n, m):
+    a = np.empty(n)
+    a[:] = np.ones(m)
+    return a.sum()
+with event.install_listener("numba:compile", L()):
+    try:
+        f(3, 4)
+    except ValueError as e:
+        print(e)
+print(names)
+"""
+
+
+def test_allocator_and_slice_raiser_compiled_once_per_machine(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", _ALLOC_PROBE], env=env, capture_output=True, text=True, check=True).stdout for _ in range(2)]
+    for out in runs:
+        assert out.splitlines()[0] == "cannot assign slice of shape (4,) from input of shape (3,)"
+    assert "_array_allocate" in runs[0] and "_raise_slice_shape" in runs[0]
+    assert "_array_allocate" not in runs[1] and "_raise_slice_shape" not in runs[1]
