@@ -456,8 +456,9 @@ def _reshape(op, node):
     ``-1`` inference and the size check are numba's ``normalize_reshape_value`` written out for
     ``ndim`` axes (same errors, same messages), and the view is
     :func:`pmfast.compiler.native.c_reshape` (numba's reshape of a C-contiguous array: the same
-    shape and strides, sharing the memory). Plain statements with constant messages: an entry
-    inlines it.
+    shape and strides, sharing the memory). Called, not inlined
+    (:data:`pmfast.compiler.inline.NEVER`): its source depends on ``ndim`` only, so its cached
+    code serves every model.
     """
     from pytensor.link.numba.cache import compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
@@ -478,7 +479,8 @@ def _join(op, node):
     and an entry can't inline a ``*args`` function (stoch_vol on a used machine: ~0.2 CPU s for
     one Join of two vectors). Here a loop per piece into a new array, with explicit arguments:
     the same values (vectors of the output's dtype, so no conversion), nothing that can fail for
-    vectors along their only axis, and an entry inlines it.
+    vectors along their only axis. Called, not inlined (:data:`pmfast.compiler.inline.NEVER`):
+    its source depends on the number of pieces only, so its cached code serves every model.
     """
     from pytensor.graph.basic import Constant
     from pytensor.link.numba.cache import compile_numba_function_src

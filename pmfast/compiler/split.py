@@ -7,8 +7,7 @@ compile, which splits its gradient). Here, for a constant axis and at least
 two pieces (the common case), the node function is straight-line slicing
 generated for that axis and piece count: the same views, the same checks, the
 size error raised with its numbers and formatted in Python
-(:class:`SplitSizeError`, a ``ValueError`` with pytensor's message, raised by one cached
-function, :func:`split_fail`, so that entries inline the node function). The
+(:class:`SplitSizeError`, a ``ValueError`` with pytensor's message). The
 source depends only on the axis, the number of pieces and the rank, so one
 cached function serves every model that splits the same way.
 """
@@ -17,10 +16,8 @@ from __future__ import annotations
 
 import hashlib
 
-import numpy as np
-
 #: Bump when the generated code changes (part of the cache key).
-VERSION = 2
+VERSION = 1
 
 
 class SplitSizeError(ValueError):
@@ -31,26 +28,6 @@ class SplitSizeError(ValueError):
             total, expected = args
             args = (f"Split sizes sum to {total}; expected {expected}",)
         super().__init__(*args)
-
-
-def _raise_split_size(total, expected):
-    raise SplitSizeError(total, expected)
-
-
-_FAIL: list = []
-
-
-def split_fail():
-    """The jitted raise of :class:`SplitSizeError` with ``(total, expected)`` as int64: one function
-    for every model, cached on disk by numba. The node function calls it instead of raising with
-    runtime arguments itself, so an entry inlines the node function (numba's inliner loses the
-    types of such a raise) instead of compiling a ``split`` per model and signature (stoch_vol on a
-    used machine: 0.15 CPU s for two)."""
-    if not _FAIL:
-        import numba
-
-        _FAIL.append(numba.njit("void(int64, int64)", cache=True, no_cfunc_wrapper=True)(_raise_split_size))
-    return _FAIL[0]
 
 
 def split_source(ndim: int, axis: int, n: int) -> str:
@@ -67,7 +44,7 @@ def split_source(ndim: int, axis: int, n: int) -> str:
     ]
     # straight-line ends (numba 0.65 raises a loop-carried sum's initial value, not its last)
     lines += [f"    e{k + 1} = e{k} + sizes[{k}]" for k in range(n)]
-    lines += [f"    if e{n} != x.shape[{axis}]:", f"        _pm_split_fail(_pm_i64(e{n}), x.shape[{axis}])"]
+    lines += [f"    if e{n} != x.shape[{axis}]:", f"        raise SplitSizeError(e{n}, x.shape[{axis}])"]
     pieces = ", ".join(f"x[{lead}e{k}:e{k + 1}]" for k in range(n))
     lines.append(f"    return ({pieces},)")
     return "\n".join(lines) + "\n"
@@ -98,5 +75,5 @@ def funcify(op, node):
         return None
     src = split_source(node.inputs[0].ndim, axis, op.len_splits)
     key = "pmfast_split_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
-    env = {"_pm_split_fail": split_fail(), "_pm_i64": np.int64, "__name__": __name__}
+    env = {"SplitSizeError": SplitSizeError, "__name__": __name__}
     return numba_njit(compile_numba_function_src(src, "split", env, env)), key
