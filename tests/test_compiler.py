@@ -534,28 +534,7 @@ def test_cheap_frameinfo_names_the_caller_and_validation_still_raises():
         fg.validate()
 
 
-# --- Join, Reshape: pmfast's straight-line code ----------------------------------------------
-
-
-def test_join_of_vectors_matches_stock():
-    a, b, c = pt.dvector("a"), pt.dvector("b"), pt.dvector("c")
-    ours, stock = both([a, b, c], [pt.concatenate([a * 2.0, b, c * 3.0]), pt.concatenate([b, a], axis=-1) + 1.0])
-    assert "Join" in op_names(ours)
-    for sizes in ((3, 0, 2), (0, 0, 0), (1, 5, 1)):
-        args = [np.arange(n, dtype="float64") + k for k, n in enumerate(sizes)]
-        for x, y in zip(ours(*args), stock(*args), strict=True):
-            assert x.dtype == y.dtype and x.shape == y.shape
-            np.testing.assert_array_equal(x, y)
-
-
-def test_join_declines_other_cases():
-    from pytensor.tensor.basic import Join
-
-    a, b, k = pt.dmatrix("a"), pt.dmatrix("b"), pt.lscalar("k")
-    for outs in (pt.concatenate([a, b], axis=1), pt.join(k, a, b), pt.concatenate([pt.ivector("i"), pt.dvector("d")])):
-        fg = pytensor.graph.FunctionGraph(outputs=[outs], clone=False)
-        node = next(n for n in fg.toposort() if isinstance(n.op, Join))
-        assert ops._join(node.op, node) is None
+# --- Reshape: pmfast's straight-line code ----------------------------------------------
 
 
 @pytest.mark.parametrize("ndim", [1, 2, 3])

@@ -471,45 +471,9 @@ def _reshape(op, node):
     return numba_njit(compile_numba_function_src(src, "reshape", env, env)), key
 
 
-def _join(op, node):
-    """``Join`` of vectors along a constant axis 0 (the gradient's pieces), or None (pytensor's).
-
-    pytensor's is ``np.concatenate(tensors, axis.item())`` behind ``*args``: numba compiles its
-    ``np.concatenate`` and array-copy implementations as functions of their own in every process,
-    and an entry can't inline a ``*args`` function (stoch_vol on a used machine: ~0.2 CPU s for
-    one Join of two vectors). Here a loop per piece into a new array, with explicit arguments:
-    the same values (vectors of the output's dtype, so no conversion), nothing that can fail for
-    vectors along their only axis. Called, not inlined (:data:`pmfast.compiler.inline.NEVER`):
-    its source depends on the number of pieces only, so its cached code serves every model.
-    """
-    from pytensor.graph.basic import Constant
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
-
-    from pmfast.compiler import native
-
-    axis, *xs = node.inputs
-    dtype = node.outputs[0].type.dtype
-    if not isinstance(axis, Constant) or axis.ndim != 0 or int(axis.data) not in (0, -1):
-        return None
-    if not xs or len(xs) + 1 > MAX_ARITY or any(x.ndim != 1 or x.type.dtype != dtype for x in xs):
-        return None
-    names = [f"x{k}" for k in range(len(xs))]
-    lines = [f"n{k} = {x}.shape[0]" for k, x in enumerate(names)]
-    lines.append(f"out = _pm_empty({' + '.join(f'n{k}' for k in range(len(xs)))}, _pm_dt)")
-    lines.append("k = 0")
-    for k, x in enumerate(names):
-        lines += [f"for i in range(n{k}):", f"    out[k + i] = {x}[i]", f"k += n{k}"]
-    lines.append("return out")
-    src = f"def join(axis, {', '.join(names)}):\n" + "".join(f"    {line}\n" for line in lines)
-    env = {"__name__": __name__, "_pm_empty": native.empty, "_pm_dt": np.dtype(dtype).type}
-    key = "pmfast_join_" + hashlib.sha256(repr((VERSION, src, dtype)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "join", env, env)), key
-
-
 def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
-    from pytensor.tensor.basic import Join, Split
+    from pytensor.tensor.basic import Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
@@ -526,8 +490,6 @@ def funcify_and_cache_key(op, node):
         return _dimshuffle(op, node)
     if type(op) is Dot and _dot_kind(node) is not None:
         return _dot(op, node)
-    if type(op) is Join:
-        return _join(op, node)
     if type(op) is Reshape and op.ndim > 0:
         return _reshape(op, node)
     if type(op) is Split:
