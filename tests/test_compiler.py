@@ -327,7 +327,7 @@ def _large(x):
 
 def test_inline_plan_inlines_every_candidate_within_the_budget_none_beyond():
     small, large, other = numba.njit(_small), numba.njit(_large), numba.njit(_small)
-    calls = [("a", "Elemwise", large), ("b", "Reshape", small), ("c", "Scan", other), ("b", "Reshape", small), ("d", "Sum", other)]
+    calls = [("a", "Elemwise", large), ("b", "DimShuffle", small), ("c", "Scan", other), ("b", "DimShuffle", small), ("d", "Sum", other)]
     assert inline.cost(large) > 2 * inline.cost(small)
     everything = 2 * inline.cost(small) + inline.cost(other) + inline.cost(large)  # b has two call sites
     assert inline.plan(calls, budget=everything) == ("a", "b", "d")  # Scan is never inlined
@@ -536,3 +536,83 @@ def test_cheap_frameinfo_names_the_caller_and_validation_still_raises():
     fg.attach_feature(Refuse())
     with pytest.raises(features.InconsistencyError, match="refused"):
         fg.validate()
+
+
+# --- Reshape: pmfast's straight-line code ----------------------------------------------
+
+
+@pytest.mark.parametrize("ndim", [1, 2, 3])
+def test_reshape_matches_stock(ndim):
+    x, s = pt.dmatrix("x"), pt.lvector("s")
+    ours, stock = both([x, s], x.reshape(s, ndim=ndim) * 2.0)
+    assert "Reshape" in op_names(ours)
+    good = {1: [[12], [-1]], 2: [[4, 3], [-1, 6], [2, -1], [12, 1]], 3: [[2, 3, 2], [2, -1, 3], [1, 1, 12]]}[ndim]
+    bad = {1: [[11], [5]], 2: [[5, 3], [-1, -1], [5, -1]], 3: [[2, 2, 2], [-1, -1, 3], [0, -1, 2]]}[ndim]
+    value = np.arange(12.0).reshape(3, 4)
+    for v in (value, value.T, np.asfortranarray(value)):
+        for shape in good:
+            got, want = ours(v, np.array(shape)), stock(v, np.array(shape))
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+        for shape in bad:
+            messages = []
+            for fn in (ours, stock):
+                with pytest.raises(ValueError) as err:
+                    fn(v, np.array(shape))
+                messages.append(str(err.value).splitlines()[0])
+            assert messages[0] == messages[1]
+
+
+def test_raisers_are_cached_on_disk():
+    """The error paths shared by every model are compiled once per machine (numba's disk cache)."""
+    from numba.core.caching import FunctionCache
+
+    from pmfast.compiler import overloads
+
+    overloads.install()
+    assert isinstance(ops._specify_shape_fail()._cache, FunctionCache)
+    from numba.core.registry import cpu_target
+    from numba.np import arrayobj
+
+    templates = cpu_target.typing_context.resolve_value_type(arrayobj.raise_with_shape_context).templates
+    cpu = [t for t in templates if getattr(t, "metadata", {}).get("target") == "CPU"]
+    assert cpu[0]._jit_options.get("cache") is True
+    (alloc,) = cpu_target.typing_context.resolve_value_type(arrayobj._ol_array_allocate).templates
+    assert alloc._jit_options.get("cache") is True
+
+
+_ALLOC_PROBE = """
+import numba, numpy as np
+from numba.core import event
+from pmfast.compiler import overloads
+overloads.install()
+names = []
+class L(event.Listener):
+    def on_start(self, ev):
+        names.append(ev.data["dispatcher"].py_func.__qualname__)
+    def on_end(self, ev):
+        pass
+@numba.njit
+def f(n, m):
+    a = np.empty(n)
+    a[:] = np.ones(m)
+    return a.sum()
+with event.install_listener("numba:compile", L()):
+    try:
+        f(3, 4)
+    except ValueError as e:
+        print(e)
+print(names)
+"""
+
+
+def test_allocator_and_slice_raiser_compiled_once_per_machine(tmp_path):
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    runs = [subprocess.run([sys.executable, "-c", _ALLOC_PROBE], env=env, capture_output=True, text=True, check=True).stdout for _ in range(2)]
+    for out in runs:
+        assert out.splitlines()[0] == "cannot assign slice of shape (4,) from input of shape (3,)"
+    assert "_array_allocate" in runs[0] and "_raise_slice_shape" in runs[0]
+    assert "_array_allocate" not in runs[1] and "_raise_slice_shape" not in runs[1]

@@ -23,10 +23,14 @@ def f(x, y, n, b, i):
     w = np.ascontiguousarray(x[::2])
     k = np.array([x[1].item(), i], dtype=np.float64)
     m = np.array([b, b], dtype=np.bool_)
+    o = np.full((n, 2), i, dtype=np.float64)
+    p = np.full((n,), x[1], dtype=np.int32)
+    cx = np.copy(x)
+    cy = np.copy(y)
     g[:] = 1.0
     h[:] = 2.0
     s[:] = 3
-    return a, c, d, e, g, h, q, r, s, u, v, w, k, m
+    return a, c, d, e, g, h, q, r, s, u, v, w, k, m, o, p, cx, cy
 '''
 
 
@@ -55,7 +59,7 @@ class _Compiled(event.Listener):
 def test_same_values_types_and_aliasing():
     fast, src = _build(SRC, True)
     stock, _ = _build(SRC, False)
-    assert src.count("_pm_") == 14 and "np.asarray" not in src and "np.empty" not in src
+    assert src.count("_pm_") == 18 and "np.copy" not in src and "np.asarray" not in src and "np.empty" not in src and "np.full" not in src
     x, y = np.arange(6.0), np.arange(12.0).reshape(3, 4)[:, ::2]
     got, want = fast(x, y, 3, True, 7), stock(x, y, 3, True, 7)
     for g, w in zip(got, want, strict=True):
@@ -63,6 +67,7 @@ def test_same_values_types_and_aliasing():
         assert np.array_equal(g, w)
     assert got[1] is x and got[9] is x  # asarray / ascontiguousarray of a C array: the array itself
     assert got[10].flags.c_contiguous and not np.shares_memory(got[10], y)  # a copy of a strided array
+    assert not np.shares_memory(got[16], x) and got[17].flags.c_contiguous and not np.shares_memory(got[17], y)
     with pytest.raises(ValueError, match="negative dimensions not allowed"):
         fast(x, y, -1, True, 7)
 
@@ -107,7 +112,8 @@ def f(x, b):
     q = np.asarray([1.0, 2.0])
     e = np.empty(x.shape, dtype=x.dtype)
     z = np.ascontiguousarray(2.5)
-    return m, q, e.shape, z
+    u = np.full(3, b, dtype="float32")
+    return m, q, e.shape, z, u
 '''
     fast, new = _build(src, True)
     stock, _ = _build(src, False)

@@ -150,6 +150,65 @@ def _empty_sig(shape, dtype):
 
 
 @intrinsic
+def full3(typingctx, shape, value, dtype):
+    """``np.full(shape, value, dtype)`` of a scalar ``value``: a new C array, every item ``value``
+    converted to ``dtype`` (numba's ``np.full`` stores it item by item with the same conversion)."""
+    dt = _dtype_of(dtype)
+    if not (_int_shape(shape) and dt is not None and isinstance(value, _SCALARS)):
+        return _fallback3(typingctx, np.full, (shape, value, dtype))
+    shapes = list(shape) if isinstance(shape, types.BaseTuple) else [shape]
+    arrty = types.Array(dt, len(shapes), "C")
+
+    def codegen(context, builder, sig, args):
+        from numba.core import cgutils
+        from numba.core.imputils import impl_ret_new_ref
+        from numba.np.arrayobj import _empty_nd_impl, _parse_shape, make_array, store_item
+
+        dims = _parse_shape(context, builder, sig.args[0], args[0])
+        ary = _empty_nd_impl(context, builder, arrty, dims)
+        arr = make_array(arrty)(context, builder, ary._getvalue())
+        item = context.cast(builder, args[1], sig.args[1], dt)
+        with cgutils.for_range(builder, arr.nitems) as loop:
+            store_item(context, builder, arrty, item, cgutils.gep_inbounds(builder, arr.data, loop.index))
+        return impl_ret_new_ref(context, builder, arrty, ary._getvalue())
+
+    return arrty(shape, value, dtype), codegen
+
+
+def _fallback3(typingctx, fn, args):
+    """:func:`_fallback` for three arguments."""
+    try:
+        sig = typingctx.resolve_function_type(typingctx.resolve_value_type(fn), args, {})
+    except Exception:
+        return None
+    if sig is None:
+        return None
+
+    def impl(a, b, c):
+        return fn(a, b, c)
+
+    def codegen(context, builder, s, llargs):
+        return context.compile_internal(builder, impl, s, llargs)
+
+    return sig.return_type(*args), codegen
+
+
+@intrinsic
+def copy1(typingctx, a):
+    """``np.copy(a)`` of an array: a new C-contiguous copy (numba's own copy code, lowered in place)."""
+    if not isinstance(a, types.Array):
+        return _fallback(typingctx, np.copy, (a,))
+    ret = a.copy(layout="C", readonly=False)
+
+    def codegen(context, builder, sig, args):
+        from numba.np.arrayobj import _array_copy
+
+        return _array_copy(context, builder, sig, args)
+
+    return ret(a), codegen
+
+
+@intrinsic
 def ascontiguous1(typingctx, a):
     """``np.ascontiguousarray(a)`` of an array: numba's own code for it (the array itself when it is
     C-contiguous, checked at run time for layout 'A', else a C copy), lowered in place."""
@@ -284,10 +343,10 @@ def _list_fallback(typingctx, values, dtype, item):
 
 #: (numpy function, number of arguments) -> name of its replacement in a rewritten source
 _TARGET = {("asarray", 1): "_pm_asarray1", ("ascontiguousarray", 1): "_pm_ascontiguous1", ("array", 1): "_pm_array1", ("array", 2): "_pm_array2",
-           ("empty", 1): "_pm_empty1", ("empty", 2): "_pm_empty2"}
+           ("empty", 1): "_pm_empty1", ("empty", 2): "_pm_empty2", ("full", 3): "_pm_full3", ("copy", 1): "_pm_copy1"}
 #: name in a rewritten source -> the intrinsic it stands for
-NAMES = {"_pm_tuple_array": tuple_array, "_pm_asarray1": asarray1, "_pm_ascontiguous1": ascontiguous1, "_pm_array1": array1, "_pm_array2": array2, "_pm_empty1": empty1, "_pm_empty2": empty2}
-_CALL = re.compile(r"\bnp\.(asarray|array|empty|ascontiguousarray)\b")
+NAMES = {"_pm_tuple_array": tuple_array, "_pm_asarray1": asarray1, "_pm_ascontiguous1": ascontiguous1, "_pm_array1": array1, "_pm_array2": array2, "_pm_empty1": empty1, "_pm_empty2": empty2, "_pm_full3": full3, "_pm_copy1": copy1}
+_CALL = re.compile(r"\bnp\.(asarray|array|empty|full|copy|ascontiguousarray)\b")
 
 
 def _calls(src: str):
@@ -310,7 +369,7 @@ def _calls(src: str):
         f = node.func if isinstance(node, ast.Call) else None
         if not (isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "np"):
             continue
-        if f.attr not in ("asarray", "array", "empty", "ascontiguousarray"):
+        if f.attr not in ("asarray", "array", "empty", "full", "copy", "ascontiguousarray"):
             continue
         args = list(node.args)
         if any(isinstance(a, ast.Starred) for a in args) or any(k.arg != "dtype" for k in node.keywords):
@@ -358,4 +417,4 @@ def rewrite_source(src: str, global_env: dict | None) -> str:
     return "".join(pieces) + src[pos:]
 
 
-__all__ = ["NAMES", "VERSION", "tuple_array", "array1", "array2", "asarray1", "ascontiguous1", "empty1", "empty2", "rewrite_source"]
+__all__ = ["NAMES", "VERSION", "tuple_array", "array1", "array2", "asarray1", "ascontiguous1", "empty1", "empty2", "full3", "copy1", "rewrite_source"]

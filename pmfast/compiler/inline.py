@@ -37,9 +37,16 @@ Not inlined (numba's inliner can't, or the entry would grow for nothing):
 functions that are not plain jitted functions (pytensor's ``@overload``
 Elemwise, object-mode fallbacks), functions taking ``*args`` (Join,
 CheckAndRaise), functions raising exceptions with runtime arguments or
-f-string messages (the inliner loses their types: SpecifyShape, Split), and
+f-string messages (the inliner loses their types: Split; pmfast's SpecifyShape calls a
+cached raiser instead, :func:`pmfast.compiler.ops._specify_shape_fail`), and
 ops with inner functions or inner graphs (Scan, OpFromGraph, IfElse,
-Blockwise, random variables). If numba still fails to compile an entry with
+Blockwise, random variables). Nor are pmfast's Reshape and Split
+(:mod:`pmfast.compiler.ops`, :mod:`pmfast.compiler.split`): their source
+depends on the rank, the axis and the number of pieces only, so one cached
+function serves every model, and inlined they cost the entry more than
+compiling them (stoch_vol on a used machine: its entry +0.4 CPU s with
+its Join and Split inlined, against 0.23 s compiling both; hier_logistic's
+Reshape is found in the cache). If numba still fails to compile an entry with
 inlined functions, the entry is compiled again calling them
 (:class:`pmfast.compiler.entry.PreparedEntry`).
 """
@@ -54,7 +61,7 @@ import weakref
 from collections.abc import Sequence
 
 #: Ops whose node functions are never inlined (see the module docstring).
-NEVER = frozenset({"SpecifyShape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
+NEVER = frozenset({"Split", "Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
 
 #: Most bytecode instructions (summed over call sites) an entry inlines; see :func:`plan`.
 BUDGET = 4000

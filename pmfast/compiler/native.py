@@ -264,6 +264,36 @@ def cell(typingctx, ary, k):
 
 
 @intrinsic
+def c_reshape(typingctx, ary, shape):
+    """``c_reshape(ary, shape)``: the C-contiguous array ``ary`` viewed with the C-contiguous ``shape``
+    (a tuple of integers, whose product the caller has checked equals ``ary.size``): what numba's
+    ``ary.reshape(shape)`` returns for such an array, without its shape normaliser compiled as a
+    subroutine. Borrows ``ary``'s memory (meminfo and parent), as numba's reshape does."""
+    if not (isinstance(ary, types.Array) and ary.layout == "C" and isinstance(shape, types.BaseTuple)):
+        return None
+    shapes = list(shape)
+    if not shapes or not all(isinstance(s, types.Integer) for s in shapes):
+        return None
+    outty = ary.copy(ndim=len(shapes), layout="C")
+
+    def codegen(context, builder, sig, args):
+        from numba.core.imputils import impl_ret_borrowed
+
+        src = make_array(ary)(context, builder, args[0])
+        values = cgutils.unpack_tuple(builder, args[1], len(shapes))
+        dims = [context.cast(builder, v, t, types.intp) for v, t in zip(values, shapes)]
+        strides, step = [], src.itemsize
+        for d in reversed(dims):
+            strides.append(step)
+            step = builder.mul(step, d)
+        out = make_array(outty)(context, builder)
+        populate_array(out, data=src.data, shape=dims, strides=list(reversed(strides)), itemsize=src.itemsize, meminfo=src.meminfo, parent=src.parent)
+        return impl_ret_borrowed(context, builder, outty, out._getvalue())
+
+    return outty(ary, shape), codegen
+
+
+@intrinsic
 def data_pointer(typingctx, ary):
     """``data_pointer(ary)``: the array's data as a ``CPointer`` of its dtype (for calls into C-ABI code)."""
     if not isinstance(ary, types.Array):

@@ -54,7 +54,7 @@ import numpy as np
 from pmfast.compiler.arity import MAX_ARITY
 
 #: Bump when an implementation here changes (part of its cache key).
-VERSION = 7
+VERSION = 8
 
 #: A Composite's core inlines its scalar op functions up to this many statements, and calls them
 #: beyond (see :func:`_scalar_code`).
@@ -71,6 +71,28 @@ class SpecifyShapeError(AssertionError):
         super().__init__(*args)
 
 
+def _raise_specify_shape(dim, actual, expected):
+    raise SpecifyShapeError(dim, actual, expected)
+
+
+_FAIL: list = []
+
+
+def _specify_shape_fail():
+    """The jitted raise of a failed ``SpecifyShape`` check, ``(dim, actual, expected)`` as int64.
+
+    One function for every model (its signature never changes), cached on disk by numba: the
+    node functions call it instead of raising themselves, so they hold no ``raise`` with runtime
+    arguments and an entry inlines them (:mod:`pmfast.compiler.inline`), instead of compiling a
+    ``specify_shape`` per model and signature (~0.05 CPU s on a used machine).
+    """
+    if not _FAIL:
+        import numba
+
+        _FAIL.append(numba.njit("void(int64, int64, int64)", cache=True, no_cfunc_wrapper=True)(_raise_specify_shape))
+    return _FAIL[0]
+
+
 def _specify_shape(op, node):
     from pytensor.link.numba.cache import compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
@@ -78,13 +100,13 @@ def _specify_shape(op, node):
 
     names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]
     checks = [
-        f"    if x.shape[{i}] != {name}[()]:\n        raise SpecifyShapeError({i}, x.shape[{i}], {name}[()])"
+        f"    if x.shape[{i}] != {name}[()]:\n        _pm_shape_fail({i}, x.shape[{i}], _pm_i64({name}[()]))"
         for i, (name, inp) in enumerate(zip(names, node.inputs[1:], strict=True))
         if inp is not NoneConst
     ]
     src = f"def specify_shape(x, {', '.join(names)}):\n" + "\n".join(checks) + "\n    return x\n"
     key = "pmfast_specify_shape_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
-    env = {"SpecifyShapeError": SpecifyShapeError, "__name__": __name__}
+    env = {"_pm_shape_fail": _specify_shape_fail(), "_pm_i64": np.int64, "__name__": __name__}
     fn = compile_numba_function_src(src, "specify_shape", env, env)
     return numba_njit(fn), key
 
@@ -393,12 +415,68 @@ def _sum_all(op, node):
     return numba_njit(compile_numba_function_src(src, "impl_sum", env, env)), key
 
 
+def _reshape_source(ndim: int) -> str:
+    """Source of ``reshape(x, shape)`` for ``ndim`` output axes (see :func:`_reshape`)."""
+    s = [f"s{k}" for k in range(ndim)]
+    lines = ["c = _pm_ascontiguous1(x)"]
+    lines += [f"{v} = shape[{k}]" for k, v in enumerate(s)]
+    lines += ["neg = 0", "known = 1"]
+    for v in s:
+        lines += [f"if {v} < 0:", "    neg += 1", "else:", f"    known *= {v}"]
+    lines += [
+        "n = c.size",
+        "if neg == 0:",
+        "    if n != known:",
+        "        raise ValueError('total size of new array must be unchanged')",
+        "elif neg == 1:",
+        "    if known == 0:",
+        "        inferred = 0",
+        "        ok = n == 0",
+        "    else:",
+        "        inferred = n // known",
+        "        ok = n % known == 0",
+        "    if not ok:",
+        "        raise ValueError('total size of new array must be unchanged')",
+    ]
+    for v in s:
+        lines += [f"    if {v} < 0:", f"        {v} = inferred"]
+    lines += ["else:", "    raise ValueError('multiple negative shape values')"]
+    lines.append(f"return _pm_c_reshape(c, ({''.join(v + ', ' for v in s)}))")
+    return "def reshape(x, shape):\n" + "".join(f"    {line}\n" for line in lines)
+
+
+def _reshape(op, node):
+    """``Reshape`` to ``ndim >= 1`` axes: pytensor's ``np.reshape(np.ascontiguousarray(np.asarray(x)),
+    to_fixed_tuple(shape, ndim))`` without numba's generic code.
+
+    Its three calls are ``@overload`` implementations numba compiles as functions of their own, in
+    every process (hier_logistic on a used machine: ~0.4 CPU s for ``np.ascontiguousarray``,
+    ``np.reshape`` and their allocator). Here the contiguous copy (or the array itself) is
+    :func:`pmfast.compiler.arrays.ascontiguous1` (numba's own code, lowered in place), the
+    ``-1`` inference and the size check are numba's ``normalize_reshape_value`` written out for
+    ``ndim`` axes (same errors, same messages), and the view is
+    :func:`pmfast.compiler.native.c_reshape` (numba's reshape of a C-contiguous array: the same
+    shape and strides, sharing the memory). Called, not inlined
+    (:data:`pmfast.compiler.inline.NEVER`): its source depends on ``ndim`` only, so its cached
+    code serves every model.
+    """
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import arrays, native
+
+    src = _reshape_source(op.ndim)
+    env = {"__name__": __name__, "_pm_ascontiguous1": arrays.ascontiguous1, "_pm_c_reshape": native.c_reshape}
+    key = "pmfast_reshape_" + hashlib.sha256(repr((VERSION, src, arrays.VERSION)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "reshape", env, env)), key
+
+
 def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
     from pytensor.tensor.basic import Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
     from pytensor.tensor.math import Dot, Sum
-    from pytensor.tensor.shape import SpecifyShape
+    from pytensor.tensor.shape import Reshape, SpecifyShape
 
     if node is None:
         return None
@@ -412,6 +490,8 @@ def funcify_and_cache_key(op, node):
         return _dimshuffle(op, node)
     if type(op) is Dot and _dot_kind(node) is not None:
         return _dot(op, node)
+    if type(op) is Reshape and op.ndim > 0:
+        return _reshape(op, node)
     if type(op) is Split:
         from pmfast.compiler import split
 

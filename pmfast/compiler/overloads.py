@@ -14,7 +14,11 @@ cost ~5 of radon_intercept's 12 cold CPU seconds.
 with one that raises :class:`SliceShapeError` carrying the two shapes as
 exception arguments (numba's dynamic exceptions: no string code is compiled);
 Python formats the message when the exception reaches it. It is a
-``ValueError`` with numba's message, word for word. Process-wide and
+``ValueError`` with numba's message, word for word. Its implementation is
+compiled with ``cache=True``: once per machine, not once per process. So is
+numba's array allocator (``Array._allocate``, which every new array calls),
+whose implementation numba wrote as a closure: here the same code as a
+module-level function. Process-wide and
 idempotent; :data:`VERSION` goes into every cache key pmfast writes.
 
 :func:`plain_errors` is a context for pmfast's compiles: numba formats an
@@ -31,7 +35,7 @@ import contextlib
 #: Bump when an installed implementation changes (part of pmfast's cache keys); also
 #: bumped for :mod:`pmfast.compiler.subroutines` (entries cached before it may hold a
 #: subroutine lowered with another caller's fast-math flags).
-VERSION = 2
+VERSION = 3
 
 _installed = False
 
@@ -56,16 +60,34 @@ def _raise_with_shape_context(src_shapes, index_shape):
         and isinstance(src_shapes.dtype, types.Integer)
     ):
 
-        def impl(src_shapes, index_shape):
-            raise SliceShapeError(src_shapes, index_shape)
-
-        return impl
+        return _raise_slice_shape
     return None
+
+
+def _raise_slice_shape(src_shapes, index_shape):
+    """The implementation :func:`_raise_with_shape_context` returns: a module-level function, so
+    numba caches its compiled code on disk (see :func:`install`)."""
+    raise SliceShapeError(src_shapes, index_shape)
+
+
+def _array_allocate_overload(cls, allocsize, align):
+    """numba's ``Array._allocate`` (what every new array calls), implemented by the module-level
+    :func:`_array_allocate`: numba's own implementation is a closure, compiled in every process
+    (~0.03 CPU s of each compile); this one is cached on disk (see :func:`install`)."""
+    return _array_allocate
+
+
+def _array_allocate(cls, allocsize, align):
+    return _intrin_alloc(allocsize, align)
+
+
+#: numba's allocation intrinsic, set by :func:`install` (a global of :func:`_array_allocate`).
+_intrin_alloc = None
 
 
 def install() -> None:
     """Replace the overloads listed in this module's docstring (once per process)."""
-    global _installed
+    global _installed, _intrin_alloc
     if _installed:
         return
     from numba.core.registry import cpu_target
@@ -78,6 +100,13 @@ def install() -> None:
     if len(cpu) != 1:
         raise RuntimeError(f"numba's raise_with_shape_context has {len(cpu)} CPU overloads, expected 1")
     cpu[0]._overload_func = staticmethod(_raise_with_shape_context)
+    # numba compiles an overload's implementation per signature in every process (0.03 CPU s of
+    # each model's compile on a used machine); cached, it is compiled once per machine
+    cpu[0]._jit_options = {**cpu[0]._jit_options, "cache": True}
+    _intrin_alloc = arrayobj.intrin_alloc
+    (alloc,) = typing.resolve_value_type(arrayobj._ol_array_allocate).templates
+    alloc._overload_func = staticmethod(_array_allocate_overload)
+    alloc._jit_options = {**alloc._jit_options, "cache": True}
     _installed = True
 
 
