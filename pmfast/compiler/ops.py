@@ -8,7 +8,7 @@ behaves the same: same results, same exception type and message.
   numba (``str(int)``, concatenation… ~1.3 s of hier_logistic's cold
   compile). Here a failed check raises :class:`SpecifyShapeError`, an
   ``AssertionError`` carrying the numbers, formatted in Python with
-  pytensor's message.
+  pytensor's message, through one cached function (:func:`_specify_shape_fail`).
 * ``Elemwise``: pytensor compiles four numba functions per node (a ``*args``
   cache wrapper, an ``@overload`` implementation that calls the
   ``_vectorized`` loop intrinsic, ``store_core_outputs`` and the scalar
@@ -16,6 +16,9 @@ behaves the same: same results, same exception type and message.
   two: the node function calls the same intrinsic with the same arguments,
   and its core function is the scalar graph's own body followed by the
   stores. Same loops, same scalar code.
+* ``Reshape`` (to at least one axis): pytensor's ``np.reshape(np.ascontiguousarray(np.asarray(x)),
+  ...)`` compiles three numba overloads in every process; here straight-line code with the same
+  errors (:func:`_reshape`).
 * ``DimShuffle``: pytensor's calls numba's ``as_strided`` (its overloads:
   ~0.7 s of a cold process). Here an intrinsic builds the same view
   (:func:`pmfast.compiler.native.dimshuffle`).
