@@ -62,7 +62,7 @@ def _fallback(typingctx, fn, args):
     if sig is None:
         return None
     n = len(args)
-    impl = (lambda a: fn(a)) if n == 1 else (lambda a, b: fn(a, b))
+    impl = {1: lambda a: fn(a), 2: lambda a, b: fn(a, b), 3: lambda a, b, c: fn(a, b, c)}[n]
 
     def codegen(context, builder, s, llargs):
         return context.compile_internal(builder, impl, s, llargs)
@@ -155,7 +155,7 @@ def full3(typingctx, shape, value, dtype):
     converted to ``dtype`` (numba's ``np.full`` stores it item by item with the same conversion)."""
     dt = _dtype_of(dtype)
     if not (_int_shape(shape) and dt is not None and isinstance(value, _SCALARS)):
-        return _fallback3(typingctx, np.full, (shape, value, dtype))
+        return _fallback(typingctx, np.full, (shape, value, dtype))
     shapes = list(shape) if isinstance(shape, types.BaseTuple) else [shape]
     arrty = types.Array(dt, len(shapes), "C")
 
@@ -173,24 +173,6 @@ def full3(typingctx, shape, value, dtype):
         return impl_ret_new_ref(context, builder, arrty, ary._getvalue())
 
     return arrty(shape, value, dtype), codegen
-
-
-def _fallback3(typingctx, fn, args):
-    """:func:`_fallback` for three arguments."""
-    try:
-        sig = typingctx.resolve_function_type(typingctx.resolve_value_type(fn), args, {})
-    except Exception:
-        return None
-    if sig is None:
-        return None
-
-    def impl(a, b, c):
-        return fn(a, b, c)
-
-    def codegen(context, builder, s, llargs):
-        return context.compile_internal(builder, impl, s, llargs)
-
-    return sig.return_type(*args), codegen
 
 
 @intrinsic
