@@ -59,9 +59,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import ctypes
 import functools
-import gc
 import sys
 import threading
 import types
@@ -299,105 +297,18 @@ def _with_stable_filename(py_func):
     return new
 
 
-def _release_memory() -> None:
-    """Collect cyclic garbage and hand free heap pages back to the OS (glibc only)."""
-    gc.collect()
-    try:
-        ctypes.CDLL(None).malloc_trim(0)
-    except (AttributeError, OSError):  # not glibc
-        pass
+def _lean_compiler():
+    """The numba compiler class of a big graph's function: its library frees the lowering's garbage first.
 
-
-@contextlib.contextmanager
-def _inline_threshold(codegen, threshold: int):
-    """While active, ``codegen``'s LLVM pass builders use inlining threshold ``threshold``.
-
-    numba builds every pass manager through ``codegen._pass_builder`` and leaves
-    LLVM's default threshold (250 at O3); the caller holds numba's compiler lock.
+    numba lowers a function to LLVM IR through Python objects that form reference
+    cycles; finalising the graph function (linking every kernel, optimising,
+    emitting machine code) is where the peak memory of the whole compile is
+    reached (:mod:`pmfast.compiler.library`, option ``release``). Used only for the
+    final function of big graphs; the pipeline is otherwise numba's default.
     """
-    import llvmlite.binding as ll
-    from numba.core import config
+    from pmfast.compiler import library
 
-    def pass_builder(**kwargs):
-        pto = ll.create_pipeline_tuning_options()
-        pto.speed_level = kwargs.pop("opt", config.OPT)
-        pto.loop_vectorization = kwargs.pop("loop_vectorize", config.LOOP_VECTORIZE)
-        pto.slp_vectorization = kwargs.pop("slp_vectorize", config.SLP_VECTORIZE)
-        pto.inlining_threshold = threshold
-        return ll.create_pass_builder(codegen._tm, pto)
-
-    codegen._pass_builder = pass_builder
-    try:
-        yield
-    finally:
-        del codegen._pass_builder
-
-
-@functools.lru_cache(maxsize=None)
-def _lean_compiler(inline_threshold: int | None = None):
-    """A numba compiler class whose code library frees the lowering's garbage before LLVM codegen.
-
-    numba lowers a function to LLVM IR through Python objects (llvmlite IR,
-    lowering state) that form reference cycles; they are garbage once the
-    lowering is done, but the cycle collector rarely runs a full collection
-    before the library is finalised, and finalising the graph function (linking
-    every kernel, optimising, emitting machine code) is where the peak memory
-    of the whole compile is reached. This pipeline gives the function a code
-    library whose ``finalize`` first runs :func:`_release_memory`. Used only for
-    the final function of big graphs; the pipeline is otherwise numba's default.
-    With ``inline_threshold`` (a big graph's entry), the library's final module
-    is optimised with that LLVM inlining threshold (:func:`_inline_threshold`).
-    """
-    from numba.core.compiler import CompilerBase, DefaultPassBuilder
-    from numba.core.compiler_machinery import AnalysisPass, register_pass
-    from numba.core.typed_passes import NativeLowering
-
-    lean_classes: dict[type, type] = {}
-
-    def lean(cls):
-        if cls not in lean_classes:
-
-            def finalize(self):
-                _release_memory()
-                return cls.finalize(self)
-
-            members = {"finalize": finalize}
-            if inline_threshold is not None:
-
-                def _optimize_final_module(self):
-                    with _inline_threshold(self._codegen, inline_threshold):
-                        return cls._optimize_final_module(self)
-
-                members["_optimize_final_module"] = _optimize_final_module
-            lean_classes[cls] = type(f"Lean{cls.__name__}", (cls,), members)
-        return lean_classes[cls]
-
-    @register_pass(mutates_CFG=False, analysis_only=False)
-    class PmfastLeanLibrary(AnalysisPass):
-        _name = "pmfast_lean_library"
-
-        def __init__(self):
-            AnalysisPass.__init__(self)
-
-        def run_pass(self, state):
-            if state.library is None:
-                library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
-                library.enable_object_caching()
-                library.__class__ = lean(type(library))
-                state.library = library
-            return False
-
-    class PmfastLeanCompiler(CompilerBase):
-        def define_pipelines(self):
-            if self.state.flags.force_pyobject:
-                return [DefaultPassBuilder.define_objectmode_pipeline(self.state)]
-            pm = DefaultPassBuilder.define_nopython_pipeline(self.state)
-            at = next(i for i, (p, _) in enumerate(pm.passes) if p is NativeLowering)
-            pm.passes.insert(at, (PmfastLeanLibrary, "free the lowering's garbage before codegen"))
-            pm.finalize()
-            return [pm]
-
-    return PmfastLeanCompiler
+    return library.compiler(release=True)
 
 
 class ChunkedNumbaLinker(NumbaLinker):

@@ -404,12 +404,12 @@ def test_a_big_graphs_entry_is_optimised_and_calls_its_node_functions(tiny, monk
     kernel = nutpie_glue.logp_kernel(fn)
     dispatcher = kernel.entry.dispatcher
     assert not dispatcher.targetoptions.get("_dbg_optnone")
-    from pmfast.compiler import lean_ir
+    from pmfast.compiler import lean_ir, library
 
-    lean = lk._lean_compiler(inline_threshold=entry.BIG_ENTRY_INLINE_THRESHOLD)
-    assert dispatcher._compiler.pipeline_class is lean_ir.pipeline(lean)  # lean_ir's passes on the lean pipeline
-    assert issubclass(dispatcher._compiler.pipeline_class, lean)
     assert entry.BIG_ENTRY_INLINE_THRESHOLD == 0
+    lean = library.compiler(own_copies=True, release=True, inline_threshold=0)
+    assert dispatcher._compiler.pipeline_class is lean_ir.pipeline(lean)  # lean_ir's passes on the big entry's library
+    assert dispatcher._compiler.pipeline_class.library_options == {"own_copies": True, "release": True, "inline_threshold": 0}
     (cres,) = dispatcher.overloads.values()
     assert "optnone" not in cres.library.get_llvm_str()
     code, logp, grad = kernel(x0)

@@ -104,40 +104,10 @@ def test_copies_are_propagated(monkeypatch):
 
 
 def test_layered_on_another_pipeline():
-    """A big graph's entry uses pmfast's lean library pipeline: the passes go on top of it."""
-    from pmfast.linker import _lean_compiler
+    """An entry's compiler class carries its library options: the passes go on top of it."""
+    from pmfast.compiler import library
 
-    cls = lean_ir.pipeline(_lean_compiler(inline_threshold=0))
-    assert issubclass(cls, _lean_compiler(inline_threshold=0))
+    base = library.compiler(own_copies=True, release=True, inline_threshold=0)
+    cls = lean_ir.pipeline(base)
+    assert issubclass(cls, base) and cls.library_options == base.library_options
     assert numba.njit(pipeline_class=cls)(_redefined)(1.5, 2.0) == _redefined(1.5, 2.0)
-
-
-def _callee(x):
-    out = np.empty(x.shape[0])
-    for i in range(x.shape[0]):
-        out[i] = np.exp(x[i]) * 2.0 + np.log1p(x[i] * x[i])
-    return out
-
-
-def test_an_entry_runs_its_own_copies_of_the_functions_it_calls():
-    """The functions linked into an entry are internal to its module: a process that compiled a callee on
-    its own (its symbol already in the JIT) and one that loads the entry alone run the same code."""
-    from llvmlite.binding import Linkage
-
-    callee = numba.njit(_callee)
-
-    def caller(x):
-        return callee(x).sum() + callee(x + 1.0)[0]
-
-    plain = numba.njit(caller)
-    lean = numba.njit(pipeline_class=lean_ir.pipeline())(caller)
-    x = np.linspace(0.0, 1.0, 7)
-    assert lean(x) == plain(x)
-
-    def linkages(dispatcher):
-        (cres,) = dispatcher.overloads.values()
-        own = cres.fndesc.llvm_func_name
-        return {fn.linkage for fn in cres.library._final_module.functions if not fn.is_declaration and fn.name != own}
-
-    assert Linkage.linkonce_odr in linkages(plain)  # numba's own way: weak copies of what it links in
-    assert Linkage.linkonce_odr not in linkages(lean) and Linkage.internal in linkages(lean)

@@ -402,10 +402,11 @@ def test_linker_final_function_is_the_graph_function():
 def test_linker_big_graph_is_optnone_and_frees_garbage_before_codegen(monkeypatch):
     """From OPTNONE_MIN_NODES nodes on: optnone, and the lean pipeline runs gc before finalising the library."""
     import pmfast.linker as lk
+    from pmfast.compiler import library
 
     calls = []
-    orig = lk._release_memory
-    monkeypatch.setattr(lk, "_release_memory", lambda: (calls.append(1), orig()))
+    orig = library.release_memory
+    monkeypatch.setattr(library, "release_memory", lambda: (calls.append(1), orig()))
     xs, out, vals = _small_graph()
     stock = _numba_fn(xs, out, "none")
     small = _numba_fn(xs, out, "wide_split")
@@ -420,7 +421,7 @@ def test_linker_big_graph_is_optnone_and_frees_garbage_before_codegen(monkeypatc
     np.testing.assert_allclose(big(*vals), stock(*vals), rtol=1e-14)
     assert len(calls) == 1  # the final function's library only, not every kernel's
     (cres,) = jit_fn.overloads.values()
-    assert type(cres.library).__name__.startswith("Lean")
+    assert type(cres.library).__name__.startswith("Pmfast")
     assert "optnone" in cres.library.get_llvm_str()
 
 

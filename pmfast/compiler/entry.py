@@ -38,7 +38,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 #: Bump whenever the generated source or its compilation changes.
-ENTRY_VERSION = 6
+ENTRY_VERSION = 7
 
 
 def entry_fastmath():
@@ -433,7 +433,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
 
-    from pmfast.compiler import cache, entry_native, native
+    from pmfast.compiler import cache, entry_native, lean_ir, library, native
 
     original = spec
     py_graph = graph_function(fn.vm.jit_fn)
@@ -474,14 +474,10 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     )
     py_func = compile_numba_function_src(src, name, env, env)
     cache.register(py_func, key)
-    if big:
-        from pmfast.linker import _lean_compiler
-
-        options["pipeline_class"] = _lean_compiler(inline_threshold=threshold)
-    if lean_ir_enabled():
-        from pmfast.compiler import lean_ir
-
-        options["pipeline_class"] = lean_ir.pipeline(options.get("pipeline_class"))
+    # every entry runs its own copies of what it links in; a big graph's frees the lowering's
+    # garbage first and is optimised with its own inlining threshold (pmfast.compiler.library)
+    pipeline = library.compiler(own_copies=True, release=big, inline_threshold=threshold if big else None)
+    options["pipeline_class"] = lean_ir.pipeline(pipeline) if lean_ir_enabled() else pipeline
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )

@@ -148,42 +148,6 @@ def drop_plain_dels(func_ir, typemap, targetctx) -> int:
     return n
 
 
-def own_copies(library) -> None:
-    """Make ``library`` (an entry's) run its own copies of the functions linked into it.
-
-    numba links the functions an entry calls into the entry's module as ``linkonce_odr``
-    definitions, and the object code exports them as weak symbols. A process that compiled
-    (or loaded) a callee on its own already has that symbol in the JIT, and the entry's calls
-    resolve to it; a process that loads the entry alone from the cache runs the entry's copies.
-    The two are not always the same code (stoch_vol's chunked loop kernel: 28 FMAs compiled on
-    its own, 26 as optimised inside the entry's module), so the first process on a machine got
-    other values than every later one (12 of 12,018 gradient values, up to 2.7e-15 relative).
-    After the entry's module is optimised, the linked-in definitions are made internal: every
-    process runs the same machine code, the code the entry was optimised with.
-    """
-    _install_own_copies()
-    library._pmfast_own_copies = True
-
-
-def _install_own_copies() -> None:
-    from llvmlite.binding import Linkage
-    from numba.core.codegen import CPUCodeLibrary as CodeLibrary
-
-    original = CodeLibrary._finalize_final_module
-    if getattr(original, "_pmfast", False):
-        return
-
-    def _finalize_final_module(self):
-        if getattr(self, "_pmfast_own_copies", False):
-            for fn in self._final_module.functions:
-                if not fn.is_declaration and fn.linkage == Linkage.linkonce_odr:
-                    fn.linkage = "internal"
-        return original(self)
-
-    _finalize_final_module._pmfast = True
-    CodeLibrary._finalize_final_module = _finalize_final_module
-
-
 def pipeline(base=None):
     """A numba compiler class: ``base``'s (numba's default) nopython pipeline with the passes of this module."""
     from numba.core.compiler import Compiler
@@ -213,10 +177,6 @@ def pipeline(base=None):
                 AnalysisPass.__init__(self)
 
             def run_pass(self, state):
-                if state.library is None:  # what numba's lowering would create (NativeLowering)
-                    state.library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
-                    state.library.enable_object_caching()
-                own_copies(state.library)
                 return drop_plain_dels(state.func_ir, state.typemap, state.targetctx) > 0
 
         _pipelines["propagate"] = PmfastPropagateCopies

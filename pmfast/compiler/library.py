@@ -1,0 +1,173 @@
+"""The numba code library a final function (an entry, a big graph function) is finalised in.
+
+numba's lowering creates a function's code library, and ``finalize`` links the
+functions it calls into its module, optimises it and emits machine code. pmfast
+changes three things about that for its own final functions, each an option of
+the compiler class (:func:`compiler`), carried out by a subclass of numba's
+library class that a pass installs just before lowering:
+
+* ``own_copies`` (every entry). numba links the functions an entry calls into its
+  module as ``linkonce_odr`` definitions, and the object code exports them as
+  weak symbols. A process that compiled (or loaded) a callee on its own already
+  has that symbol in the JIT, and the entry's calls resolve to it; a process that
+  loads the entry alone from the cache runs the entry's copies. The two are not
+  always the same code (stoch_vol's chunked loop kernel: 28 FMAs compiled on its
+  own, 26 as optimised inside the entry's module), so the first process on a
+  machine got other values than every later one (12 of 12,018 gradient values,
+  up to 2.7e-15 relative). After the module is optimised, the linked-in
+  definitions are made internal: every process runs the code the entry was
+  optimised with.
+* ``release`` (big graphs). The lowering's Python objects (llvmlite IR, lowering
+  state) form reference cycles that are garbage once lowering is done, but the
+  collector rarely runs a full collection before ``finalize``, where the whole
+  compile's memory peaks. The library collects them and trims the heap first.
+* ``inline_threshold`` (a big graph's entry). The final module is optimised with
+  that LLVM inlining threshold (numba leaves LLVM's default, 250 at O3).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import functools
+
+#: The options of :func:`compiler`, in the order they are given.
+OPTIONS = ("own_copies", "release", "inline_threshold")
+
+
+def release_memory() -> None:
+    """Collect cyclic garbage and hand free heap pages back to the OS (glibc only)."""
+    gc.collect()
+    try:
+        ctypes.CDLL(None).malloc_trim(0)
+    except (AttributeError, OSError):  # not glibc
+        pass
+
+
+@contextlib.contextmanager
+def inline_threshold(codegen, threshold: int):
+    """While active, ``codegen``'s LLVM pass builders use inlining threshold ``threshold``.
+
+    numba builds every pass manager through ``codegen._pass_builder``; the caller
+    holds numba's compiler lock.
+    """
+    import llvmlite.binding as ll
+    from numba.core import config
+
+    def pass_builder(**kwargs):
+        pto = ll.create_pipeline_tuning_options()
+        pto.speed_level = kwargs.pop("opt", config.OPT)
+        pto.loop_vectorization = kwargs.pop("loop_vectorize", config.LOOP_VECTORIZE)
+        pto.slp_vectorization = kwargs.pop("slp_vectorize", config.SLP_VECTORIZE)
+        pto.inlining_threshold = threshold
+        return ll.create_pass_builder(codegen._tm, pto)
+
+    codegen._pass_builder = pass_builder
+    try:
+        yield
+    finally:
+        del codegen._pass_builder
+
+
+@functools.lru_cache(maxsize=None)
+def library_class(base: type, own_copies: bool, release: bool, threshold: int | None) -> type:
+    """``base`` (numba's library class) finalising as the options say (see the module docstring)."""
+    from llvmlite.binding import Linkage
+
+    members = {}
+    if release:
+
+        def finalize(self):
+            release_memory()
+            return base.finalize(self)
+
+        members["finalize"] = finalize
+    if threshold is not None:
+
+        def _optimize_final_module(self):
+            with inline_threshold(self._codegen, threshold):
+                return base._optimize_final_module(self)
+
+        members["_optimize_final_module"] = _optimize_final_module
+    if own_copies:
+
+        def _finalize_final_module(self):
+            for fn in self._final_module.functions:
+                if not fn.is_declaration and fn.linkage == Linkage.linkonce_odr:
+                    fn.linkage = "internal"
+            return base._finalize_final_module(self)
+
+        members["_finalize_final_module"] = _finalize_final_module
+    if not members:
+        return base
+    return type(f"Pmfast{base.__name__}", (base,), members)
+
+
+def install(state, options: dict) -> None:
+    """Give ``state`` (a numba pipeline's, before lowering) the library ``options`` ask for.
+
+    What numba's ``NativeLowering`` would create (``create_library`` plus object
+    caching), or the library the pipeline was given, with its class swapped.
+    """
+    library = state.library
+    if library is None:
+        library = state.targetctx.codegen().create_library(state.func_id.func_qualname)
+        library.enable_object_caching()
+        state.library = library
+    library.__class__ = library_class(
+        type(library), options.get("own_copies", False), options.get("release", False), options.get("inline_threshold")
+    )
+
+
+_classes: dict = {}
+
+
+def compiler(base=None, **options) -> type:
+    """A numba compiler class: ``base``'s pipelines (numba's default) with the library ``options`` ask for.
+
+    ``options``: ``own_copies``, ``release`` (bools), ``inline_threshold`` (an int or None);
+    see the module docstring. The same arguments give the same class.
+    """
+    from numba.core.compiler import Compiler
+    from numba.core.compiler_machinery import AnalysisPass, register_pass
+    from numba.core.typed_passes import NativeLowering
+
+    unknown = set(options) - set(OPTIONS)
+    if unknown:
+        raise TypeError(f"unknown library options: {sorted(unknown)}")
+    key = (base, tuple(sorted(options.items())))
+    if key in _classes:
+        return _classes[key]
+
+    if "pass" not in _classes:
+
+        @register_pass(mutates_CFG=False, analysis_only=False)
+        class PmfastLibrary(AnalysisPass):
+            _name = "pmfast_library"
+
+            def __init__(self):
+                AnalysisPass.__init__(self)
+
+            def run_pass(self, state):
+                install(state, type(state.pipeline).library_options)
+                return False
+
+        _classes["pass"] = PmfastLibrary
+
+    library_pass = _classes["pass"]
+
+    class PmfastCompiler(base if base is not None else Compiler):
+        library_options = dict(options)
+
+        def define_pipelines(self):
+            pipelines = super().define_pipelines()
+            for pm in pipelines:
+                at = next((i for i, (p, _) in enumerate(pm.passes) if p is NativeLowering), None)
+                if at is not None and not any(p is library_pass for p, _ in pm.passes):
+                    pm.passes.insert(at, (library_pass, "pmfast's code library"))
+                    pm.finalize()
+            return pipelines
+
+    _classes[key] = PmfastCompiler
+    return PmfastCompiler
