@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import gc
 import functools
+import gc
 
 #: The options of :func:`compiler`, in the order they are given.
 OPTIONS = ("own_copies", "release", "inline_threshold")
