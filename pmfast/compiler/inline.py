@@ -61,7 +61,7 @@ import weakref
 from collections.abc import Sequence
 
 #: Ops whose node functions are never inlined (see the module docstring).
-NEVER = frozenset({"Split", "Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
+NEVER = frozenset({"Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
 
 #: Most bytecode instructions (summed over call sites) an entry inlines; see :func:`plan`.
 BUDGET = 4000

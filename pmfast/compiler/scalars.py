@@ -41,7 +41,11 @@ import ast
 from dataclasses import dataclass, field
 
 #: dtypes held as numba scalars, and the entry's names of their stack slots and numpy types.
-BUFFERS = {"float64": ("_pm_sbuf", "_pm_t_float64"), "bool": ("_pm_bbuf", "_pm_t_bool")}
+BUFFERS = {
+    "float64": ("_pm_sbuf", "_pm_t_float64"),
+    "bool": ("_pm_bbuf", "_pm_t_bool"),
+    "int64": ("_pm_ibuf", "_pm_t_int64"),
+}
 
 
 @dataclass
