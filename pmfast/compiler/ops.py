@@ -42,6 +42,8 @@ behaves the same: same results, same exception type and message.
   of it), a loop otherwise, with numba's error for sizes that don't match.
   Vector · vector is a loop. Other matrix products stay pytensor's.
 
+``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`.
+
 :func:`funcify_and_cache_key` returns ``(numba function, cache key)`` for an
 op pmfast implements, or None; the functions are generated from source with
 only globals (numba caches them directly, without pytensor's ``*args``

@@ -9,11 +9,15 @@ allocations per call, 13 of them 0-d values (the scalar Composites of
 with this module, 4.
 
 Inside the entry (:mod:`pmfast.compiler.entry`) these statements hold their
-float64 (and bool) 0-d results as numba scalars instead:
+float64 (and bool, int64) 0-d results as numba scalars instead:
 
 * an ``Elemwise`` whose inputs and outputs are all 0-d and whose node
   function is pmfast's (:mod:`pmfast.compiler.ops`): its core function's
-  scalar code, returning the values instead of storing them;
+  scalar code, returning the values instead of storing them. int64 outputs
+  too (a data length's arithmetic: stoch_vol's random walk computes its
+  innovations' count next to its floats): otherwise the node's core is one
+  more function compiled per model (~0.05 CPU s each on a used machine);
+  integer arithmetic rounds nothing;
 * a ``Subtensor`` taking one element (integer indices only): ``x[i]``, the
   expression pytensor's implementation evaluates;
 * a fused loop (:mod:`pmfast.loops`): the same loop returning its totals
