@@ -194,3 +194,20 @@ def test_walk_entry_matches_stock(walk):
         assert code == 0
         np.testing.assert_allclose(logp, ref_logp, rtol=1e-12)
         np.testing.assert_allclose(grad, ref_grad, rtol=1e-12, atol=1e-12 * np.abs(ref_grad).max())
+
+
+def test_int64_elemwise_held_as_scalars_unless_it_computes_floats_too():
+    """A mixed Composite's float outputs would take the entry's fast-math flags instead of its core's."""
+    import pytensor.scalar as ps
+    from pytensor.tensor.elemwise import Elemwise
+
+    from pmfast.compiler import scalars
+
+    xs, ns = ps.float64("x"), ps.int64("n")
+    x, n = pt.dscalar("x"), pt.lscalar("n")
+    ints = Elemwise(ps.Composite([ns], [ns + 1, ns * 2]))(n)[0].owner
+    mixed = Elemwise(ps.Composite([xs, ns], [ns + 1, xs * 2.0]))(x, n)[0].owner
+    floats = Elemwise(ps.Composite([xs, ns], [xs + ns, xs * 2.0]))(x, n)[0].owner
+    assert scalars._kind(ints, None) == "elemwise"
+    assert scalars._kind(floats, None) == "elemwise"
+    assert scalars._kind(mixed, None) is None
