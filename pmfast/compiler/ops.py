@@ -8,7 +8,8 @@ behaves the same: same results, same exception type and message.
   numba (``str(int)``, concatenation… ~1.3 s of hier_logistic's cold
   compile). Here a failed check raises :class:`SpecifyShapeError`, an
   ``AssertionError`` carrying the numbers, formatted in Python with
-  pytensor's message, through one cached function (:func:`_specify_shape_fail`).
+  pytensor's message, through one cached function shared with ``Split``
+  (:func:`pmfast.compiler.raisers.shape_fail`).
 * ``Elemwise``: pytensor compiles four numba functions per node (a ``*args``
   cache wrapper, an ``@overload`` implementation that calls the
   ``_vectorized`` loop intrinsic, ``store_core_outputs`` and the scalar
@@ -41,6 +42,8 @@ behaves the same: same results, same exception type and message.
   of it), a loop otherwise, with numba's error for sizes that don't match.
   Vector · vector is a loop. Other matrix products stay pytensor's.
 
+``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`.
+
 :func:`funcify_and_cache_key` returns ``(numba function, cache key)`` for an
 op pmfast implements, or None; the functions are generated from source with
 only globals (numba caches them directly, without pytensor's ``*args``
@@ -57,7 +60,7 @@ import numpy as np
 from pmfast.compiler.arity import MAX_ARITY
 
 #: Bump when an implementation here changes (part of its cache key).
-VERSION = 8
+VERSION = 9
 
 #: A Composite's core inlines its scalar op functions up to this many statements, and calls them
 #: beyond (see :func:`_scalar_code`).
@@ -74,26 +77,17 @@ class SpecifyShapeError(AssertionError):
         super().__init__(*args)
 
 
-def _raise_specify_shape(dim, actual, expected):
-    raise SpecifyShapeError(dim, actual, expected)
-
-
-_FAIL: list = []
-
-
 def _specify_shape_fail():
-    """The jitted raise of a failed ``SpecifyShape`` check, ``(dim, actual, expected)`` as int64.
+    """The jitted raise of a failed ``SpecifyShape`` check (:func:`pmfast.compiler.raisers.shape_fail`).
 
     One function for every model (its signature never changes), cached on disk by numba: the
     node functions call it instead of raising themselves, so they hold no ``raise`` with runtime
     arguments and an entry inlines them (:mod:`pmfast.compiler.inline`), instead of compiling a
     ``specify_shape`` per model and signature (~0.05 CPU s on a used machine).
     """
-    if not _FAIL:
-        import numba
+    from pmfast.compiler import raisers
 
-        _FAIL.append(numba.njit("void(int64, int64, int64)", cache=True, no_cfunc_wrapper=True)(_raise_specify_shape))
-    return _FAIL[0]
+    return raisers.shape_fail()
 
 
 def _specify_shape(op, node):
@@ -103,7 +97,7 @@ def _specify_shape(op, node):
 
     names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]
     checks = [
-        f"    if x.shape[{i}] != {name}[()]:\n        _pm_shape_fail({i}, x.shape[{i}], _pm_i64({name}[()]))"
+        f"    if x.shape[{i}] != {name}[()]:\n        _pm_shape_fail(0, {i}, x.shape[{i}], _pm_i64({name}[()]))"
         for i, (name, inp) in enumerate(zip(names, node.inputs[1:], strict=True))
         if inp is not NoneConst
     ]
@@ -476,7 +470,7 @@ def _reshape(op, node):
 
 def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
-    from pytensor.tensor.basic import Split
+    from pytensor.tensor.basic import Join, Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
@@ -499,6 +493,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import split
 
         return split.funcify(op, node)
+    if type(op) is Join:
+        from pmfast.compiler import join
+
+        return join.funcify(op, node)
     return None
 
 

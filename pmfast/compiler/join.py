@@ -1,0 +1,122 @@
+"""pmfast's numba implementation of pytensor's ``Join`` of vectors (a constant axis 0 or -1).
+
+pytensor's is ``join(axis, *tensors): return np.concatenate(tensors, axis.item())``:
+three numba functions of their own compiled next to an entry that uses it, in
+every process whose cache doesn't hold them (the ``*args`` forwarder, ``join``
+and numba's ``np.concatenate`` implementation: ~0.2 CPU s of stoch_vol's compile
+on a used machine, where no other model joins), and none of them inlined
+(``*args``). Here, for vectors of the output's dtype and a constant axis, the
+node function is ``join(axis, t0, …, tk)`` returning :func:`concat_vectors` of
+its pieces: a plain function the entry inlines, whose work is one allocation
+and one ``memcpy`` per contiguous piece, lowered straight to LLVM IR.
+
+An earlier replacement copied the pieces with a numba loop per piece and made
+stoch_vol's eval 7.8% slower than ``np.concatenate`` (docs/compile.md); a
+``memcpy`` is what numpy does for contiguous pieces. A strided piece (an 'A'
+array whose stride is not its item size at run time) is copied element by
+element. Same values as ``np.concatenate`` (a copy, never a view, also of a
+single piece); vectors of one dtype can't mismatch, so there is no error to
+reproduce. Other Joins (matrices, a runtime axis, mixed dtypes, more than
+:data:`pmfast.compiler.arity.MAX_ARITY` inputs) stay pytensor's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from numba.core import cgutils, types
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array
+
+from pmfast.compiler.arity import MAX_ARITY
+
+#: Bump when the generated code changes (part of the cache key).
+VERSION = 1
+
+
+@intrinsic
+def concat_vectors(typingctx, pieces):
+    """``concat_vectors((a, b, …))``: a new C-contiguous vector of the 1-d arrays' elements in order.
+
+    The pieces have one dtype; each is copied with ``memcpy`` when contiguous
+    (statically 'C'/'F', or an 'A' piece whose stride is its item size or
+    which has at most one element), element by element otherwise.
+    """
+    if not isinstance(pieces, types.BaseTuple) or len(pieces) == 0:
+        return None
+    arrays = list(pieces)
+    if not all(isinstance(a, types.Array) and a.ndim == 1 for a in arrays):
+        return None
+    dtype = arrays[0].dtype
+    if any(a.dtype != dtype for a in arrays):
+        return None
+    outty = types.Array(dtype, 1, "C")
+
+    def codegen(context, builder, sig, args):
+        from numba.core.imputils import impl_ret_new_ref
+        from numba.np.arrayobj import _empty_nd_impl
+
+        values = cgutils.unpack_tuple(builder, args[0], len(arrays))
+        arys = [make_array(t)(context, builder, v) for t, v in zip(arrays, values)]
+        lengths = [cgutils.unpack_tuple(builder, a.shape, 1)[0] for a in arys]
+        total = lengths[0]
+        for n in lengths[1:]:
+            total = builder.add(total, n)
+        out = _empty_nd_impl(context, builder, outty, [total])
+        itemsize = context.get_abi_sizeof(context.get_data_type(dtype))
+        at = cgutils.intp_t(0)
+        for t, ary, n in zip(arrays, arys, lengths):
+            dst = builder.gep(out.data, [at])
+            if t.layout in "CF":
+                cgutils.raw_memcpy(builder, dst, ary.data, n, itemsize)
+            else:
+                stride = cgutils.unpack_tuple(builder, ary.strides, 1)[0]
+                dense = builder.or_(
+                    builder.icmp_signed("==", stride, cgutils.intp_t(itemsize)),
+                    builder.icmp_signed("<=", n, cgutils.intp_t(1)),
+                )
+                with builder.if_else(dense, likely=True) as (contiguous, strided):
+                    with contiguous:
+                        cgutils.raw_memcpy(builder, dst, ary.data, n, itemsize)
+                    with strided:
+                        base = builder.ptrtoint(ary.data, cgutils.intp_t)
+                        with cgutils.for_range(builder, n) as loop:
+                            addr = builder.add(base, builder.mul(loop.index, stride))
+                            src = builder.inttoptr(addr, ary.data.type)
+                            builder.store(builder.load(src), builder.gep(dst, [loop.index]))
+            at = builder.add(at, n)
+        return impl_ret_new_ref(context, builder, outty, out._getvalue())
+
+    return outty(pieces), codegen
+
+
+def join_source(n: int) -> str:
+    """Source of ``join(axis, t0, …, t{n-1})`` concatenating ``n`` vectors."""
+    names = [f"t{k}" for k in range(n)]
+    return f"def join(axis, {', '.join(names)}):\n    return _pm_concat(({''.join(v + ', ' for v in names)}))\n"
+
+
+def joins_vectors(node) -> bool:
+    """Whether pmfast implements ``node`` (a ``Join``): vectors of the output's dtype, a constant axis 0 or -1."""
+    from pytensor.graph.basic import Constant
+
+    axis, *tensors = node.inputs
+    out = node.outputs[0]
+    if not isinstance(axis, Constant) or axis.ndim != 0 or int(axis.data) not in (0, -1):
+        return False
+    if not tensors or len(node.inputs) > MAX_ARITY or out.ndim != 1:
+        return False
+    return all(t.ndim == 1 and t.type.dtype == out.type.dtype for t in tensors)
+
+
+def funcify(op, node):
+    """``(numba function, cache key)`` for a ``Join`` node, or None (see :func:`joins_vectors`)."""
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    if not joins_vectors(node):
+        return None
+    src = join_source(len(node.inputs) - 1)
+    key = "pmfast_join_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
+    env = {"_pm_concat": concat_vectors, "__name__": __name__}
+    return numba_njit(compile_numba_function_src(src, "join", env, env)), key
