@@ -8,20 +8,23 @@ through a :class:`Deferred` instead of the kernel's dispatcher:
 
 * **Typing.** The return type is predicted (:func:`pmfast.loops.chunked.kernel_returns`: the
   kernel returns its totals as a tuple of known dtypes, or ``np.int64(0)``), the argument types are
-  the call site's (unliteral'd). Nothing is compiled.
-* **Lowering** (:func:`_lower_call`). The first time this process lowers a call with given
-  argument types, a forked child (:func:`pmfast.compiler.parallel.fork`, same conditions:
-  ``PMFAST_PARALLEL_COMPILE``, no other threads) compiles the kernel into numba's on-disk cache and
-  exits; without a child the kernel is compiled here and now (a cache hit when the cache holds it).
-  The call is emitted with numba's calling convention and error propagation (as numba's own
-  ``call_internal``) to a *placeholder* symbol named from the kernel's cache key and the argument
-  types (:meth:`Deferred.placeholder`), and the caller's code library records it as pending.
-* **Resolution** (:func:`resolve`, before that library is finalised: linked and optimised). Wait
-  for the child, compile the kernel here (now a load from the cache), check its return type against
-  the prediction, put its library into the caller's linking libraries where numba would have put it
-  (at the call's position in their order) and rename the placeholder declaration to the kernel's
-  symbol. The module is then linked and optimised exactly as with a direct call: the kernel's
-  linkable module comes from the cache whichever process compiled it, the same bits either way.
+  the call site's (unliteral'd). Nothing is compiled here, but the first typed call forks a worker
+  (:class:`_Worker`, :func:`pmfast.compiler.parallel.fork`, same conditions:
+  ``PMFAST_PARALLEL_COMPILE``, no other threads) that compiles the kernel for those argument types
+  into numba's on-disk cache; later typed calls (the other kernels of the entry) are sent to the
+  same worker through a pipe, so the scalar functions they share are compiled once.
+* **Lowering** (:func:`_lower_call`). Without a worker (no fork possible, or argument types no
+  worker was asked for), the kernel is compiled here and now (a load when the cache holds it). The
+  call is emitted with numba's calling convention and error propagation (as numba's own
+  ``call_internal``) to a *placeholder* symbol named from the kernel's cache key and argument
+  types (:meth:`Deferred.placeholder`), and the caller's code library records it as pending, with
+  a stand-in where numba would have put the kernel's library among its linking libraries.
+* **Resolution** (:func:`resolve`, before that library is finalised: linked and optimised). Close
+  the pipe and wait for the worker, compile the kernel here (now a load from the cache; the error
+  of a compile that fails surfaces here), check its return type against the prediction, put its
+  library in place of the stand-in and rename the placeholder declaration to the kernel's symbol.
+  The module is then linked and optimised exactly as with a direct call, and the kernel's linkable
+  module comes from the cache whichever process compiled it: the same bits either way.
 
 :func:`install` patches numba's ``CPUCodeLibrary.finalize`` to call :func:`resolve` first, only
 for libraries with pending placeholders (one ``__dict__`` lookup otherwise).
@@ -57,7 +60,7 @@ class Deferred:
 
     def __new__(cls, dispatcher, key: str, restype):
         # one object (and numba type) per cached function: another loop function compiling the
-        # same kernel (another pytensor function in this process) shares its children and results
+        # same kernel (another pytensor function in this process) shares its requests and results
         if key in cls._by_key:
             return cls._by_key[key]
         self = super().__new__(cls)
@@ -188,7 +191,11 @@ class _Worker:
                 atexit.register(cls.finish)
                 cls.exit_hook = True
         data = pickle.dumps((deferred.key, argtypes))
-        os.write(cls.current.fd, len(data).to_bytes(4, "little") + data)
+        try:
+            os.write(cls.current.fd, len(data).to_bytes(4, "little") + data)
+        except OSError:  # the worker is gone: what it was sent is compiled here
+            cls.finish()
+            return False
         cls.current.deferreds.append(deferred)
         return True
 
