@@ -85,6 +85,7 @@ try:
         register_funcify_and_cache_key,
     )
     import numba
+    from pytensor import config
     from pytensor.scalar.basic import get_scalar_type
 
     from pmfast.compiler.arrays import VERSION as arrays_version
@@ -179,7 +180,7 @@ try:
             env["prange"] = numba.prange
             for fname, fsrc in sources[:-1]:
                 flags = {"parallel": True} if fname.endswith("_blocks") else {}
-                if fname.endswith("_kernel") and threads == 1 and key is not None and DEFERRED:
+                if fname.endswith("_kernel") and threads == 1 and key is not None and DEFERRED and config.numba__cache:
                     # globals of its own, named after a module: numba can rebuild its environment
                     # from the cache in another process
                     kenv = {**env, "__name__": __name__}
@@ -195,9 +196,10 @@ try:
         return jitted, key
 
     def _deferred_kernel(py_func, loop_key: str, kernel_src: str, returns: list[str]):
-        """The chunked kernel, cached under a key of its own, called through a
-        :class:`~pmfast.loops.deferred.Deferred`: compiled in a forked child while the caller
-        compiles, linked into the caller when its library is finalised."""
+        """The chunked kernel, cached under a key of its own (the worker hands it over through
+        numba's cache), called through a :class:`~pmfast.loops.deferred.Deferred`: compiled in a
+        forked worker while the caller compiles, linked into the caller when its library is
+        finalised."""
         from numba.core import types
 
         from pmfast.compiler import cache
