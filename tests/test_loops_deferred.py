@@ -224,3 +224,16 @@ def test_an_unresolved_placeholder_fails_clearly():
     stub = deferred._Unresolved()
     with pytest.raises(RuntimeError, match="resolve"):
         stub._get_module_for_linking()
+
+
+def test_the_forwarder_fallback_links_the_same_call(monkeypatch):
+    """If the caller's module already declared the kernel's symbol, the placeholder is defined as an
+    always-inlined call of it instead of renamed."""
+    monkeypatch.setattr(deferred, "_has_function", lambda module, name: True)
+    k = _fresh_kernel()
+
+    @numba.njit
+    def caller(a):
+        return k(0, a.size, a)[0]
+
+    assert caller(np.arange(5.0)) == 10.0
