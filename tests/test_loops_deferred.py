@@ -127,6 +127,7 @@ def test_deferred_call_gives_the_direct_calls_values(w0, w1, direct):
 
 
 def _spy_forks(monkeypatch):
+    monkeypatch.setattr(deferred, "spare_core", lambda: True)  # fork whatever the machine's load
     forks = []
     fork = parallel.fork
 
@@ -237,3 +238,25 @@ def test_the_forwarder_fallback_links_the_same_call(monkeypatch):
         return k(0, a.size, a)[0]
 
     assert caller(np.arange(5.0)) == 10.0
+
+
+def test_spare_core_reads_the_runnable_tasks(monkeypatch, tmp_path):
+    import builtins
+
+    real_open = builtins.open
+
+    def fake(running):
+        def open_(path, *a, **k):
+            if path == "/proc/loadavg":
+                p = tmp_path / "loadavg"
+                p.write_text(f"0.5 0.5 0.5 {running}/90 123\n")
+                return real_open(p, *a, **k)
+            return real_open(path, *a, **k)
+
+        return open_
+
+    monkeypatch.setattr(deferred.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(builtins, "open", fake(1))
+    assert deferred.spare_core()  # this process alone
+    monkeypatch.setattr(builtins, "open", fake(2))
+    assert not deferred.spare_core()  # another task busy on the other core

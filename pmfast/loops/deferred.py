@@ -10,7 +10,8 @@ through a :class:`Deferred` instead of the kernel's dispatcher:
   kernel returns its totals as a tuple of known dtypes, or ``np.int64(0)``), the argument types are
   the call site's (unliteral'd). Nothing is compiled here, but the first typed call forks a worker
   (:class:`_Worker`, :func:`pmfast.compiler.parallel.fork`, same conditions:
-  ``PMFAST_PARALLEL_COMPILE``, no other threads) that compiles the kernel for those argument types
+  ``PMFAST_PARALLEL_COMPILE``, no other threads; and a core idle right now, :func:`spare_core`)
+  that compiles the kernel for those argument types
   into numba's on-disk cache; later typed calls (the other kernels of the entry) are sent to the
   same worker through a pipe, so the scalar functions they share are compiled once.
 * **Lowering** (:func:`_lower_call`). Without a worker (no fork possible, or argument types no
@@ -178,7 +179,7 @@ class _Worker:
         from pmfast.compiler import parallel
 
         if cls.current is None:
-            if not parallel.enabled():
+            if not (parallel.enabled() and spare_core()):
                 return False
             r, w = os.pipe()
             child = parallel.fork(functools.partial(_serve, r, w))
@@ -210,6 +211,27 @@ class _Worker:
             log.info("pmfast: the forked compile of deferred functions failed; compiling them here")
         for deferred in worker.deferreds:
             deferred._requested.clear()
+
+
+def spare_core() -> bool:
+    """Is a core idle right now (fewer other runnable tasks than cores minus ours)?
+
+    The worker only pays on a core nobody else uses: with every core busy (another job), it takes
+    its CPU from the compile it was meant to relieve (stoch_vol with one core busy elsewhere: the
+    parent 0.9 CPU s lighter but 0.3 s later). Linux's instantaneous count of runnable tasks
+    (``/proc/loadavg``, which includes this process); elsewhere, assume one is. Where the kernel is
+    compiled never changes what it computes (the same bits either way), only when it is ready.
+    """
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return running - 1 < cores - 1
 
 
 def _serve(r: int, w: int) -> None:
