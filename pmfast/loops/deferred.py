@@ -231,7 +231,25 @@ def spare_core() -> bool:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
-    return running - 1 < cores - 1
+    if running - 1 < cores - 1:
+        return True
+    # this compile's own children (the expand entry's, about to finish) leave the core to the worker
+    return running - 1 - _running_children() < cores - 1
+
+
+def _running_children() -> int:
+    """How many of this process's children are running now (from ``/proc/<pid>/stat``)."""
+    me, n = os.getpid(), 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        n += state == "R" and int(ppid) == me
+    return n
 
 
 def _serve(r: int, w: int) -> None:
