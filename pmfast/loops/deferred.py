@@ -190,6 +190,9 @@ class _Worker:
             cls.current = cls(child, w)
             if not cls.exit_hook:
                 atexit.register(cls.finish)
+                # another process forked meanwhile (an expand entry's child) must not hold the
+                # pipe open: the worker would wait for it to exit before seeing the end
+                os.register_at_fork(after_in_child=cls._forget)
                 cls.exit_hook = True
         data = pickle.dumps((deferred.key, argtypes))
         try:
@@ -199,6 +202,16 @@ class _Worker:
             return False
         cls.current.deferreds.append(deferred)
         return True
+
+    @classmethod
+    def _forget(cls) -> None:
+        """In a forked child: the parent's worker is not this process's."""
+        if cls.current is not None:
+            try:
+                os.close(cls.current.fd)
+            except OSError:
+                pass
+            cls.current = None
 
     @classmethod
     def finish(cls) -> None:
