@@ -203,10 +203,13 @@ try:
         from numba.core import types
 
         from pmfast.compiler import cache
-        from pmfast.linker import compile_salt
+        from pmfast.linker import _with_stable_filename, compile_salt
         from pmfast.loops import deferred
 
         deferred.install()
+        # numba names cache files after the source file: the generated source's temporary file
+        # would give every process other files (found by the worker's parent only)
+        py_func = _with_stable_filename(py_func)
         key = sha256(repr((loop_key, kernel_src, "fastmath=False", "error_model=numpy")).encode()).hexdigest()
         key = f"pmfast_kernel_{key}_{compile_salt()}"
         cache.register(py_func, key)
