@@ -260,3 +260,45 @@ def test_spare_core_reads_the_runnable_tasks(monkeypatch, tmp_path):
     assert deferred.spare_core()  # this process alone
     monkeypatch.setattr(builtins, "open", fake(2))
     assert not deferred.spare_core()  # another task busy on the other core
+
+
+def _zoo_model(name):
+    from pmfast import models
+
+    sizes = {"wide_additive": {"n": 12}, "hier_var": {"n_groups": 1}, "bradley_terry_np": {"n_matches": 5000}, "irt_2pl_np": {"n_persons": 60}}
+    return models.load(name)(**sizes.get(name, {}))
+
+
+def _zoo_names():
+    from pmfast import models
+
+    return sorted(models.ZOO)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _zoo_names())
+def test_every_zoo_kernel_returns_what_was_predicted(name):
+    """Each chunked loop of each zoo model, its loop function compiled afresh: the kernel (compiled
+    or loaded from the cache) is checked against the prediction at resolution (TypeError)."""
+    import pmfast
+
+    fast, x0 = pmfast.logp_dlogp_function(_zoo_model(name), passes="all")
+    nodes = [n for n in fast.maker.fgraph.toposort() if isinstance(n.op, IndexedElemwise)]
+    chunked = [n for n in nodes if dispatch.loop_form(n.op.loop, n)[0] == "chunked"]
+    if not chunked:
+        pytest.skip("no chunked loop")
+    from pytensor.compile.sharedvalue import SharedVariable
+
+    point = [v for v in fast.maker.fgraph.inputs if not isinstance(v, SharedVariable)]
+    assert len(point) == 1  # the point; the shared data come with their values
+    wanted = [i for n in chunked for i in n.inputs]
+    flat = pytensor.function(point, wanted, mode="FAST_COMPILE", on_unused_input="ignore", accept_inplace=True)(x0)
+    k = 0
+    for node in chunked:
+        these = flat[k : k + len(node.inputs)]
+        k += len(node.inputs)
+        loop_fn = dispatch.numba_funcify_IndexedElemwise(node.op, node)[0]
+        loop_fn.compile(tuple(numba.typeof(np.asarray(v)) for v in these))
+        kernel = loop_fn.py_func.__globals__["indexed_elemwise_loop_kernel"]
+        assert isinstance(kernel, deferred.Deferred)
+        assert all(c.signature.return_type == kernel.restype for c in kernel.dispatcher.overloads.values())
