@@ -39,7 +39,18 @@ CHUNK = 256
 LANES = 8
 
 #: Bump whenever the generated chunked source changes shape.
-CHUNKED_VERSION = 2
+CHUNKED_VERSION = 3
+
+
+def kernel_returns(loop: IndexedLoop, output_dtypes) -> list[str]:
+    """The dtypes of the totals the chunked kernel returns, in order (its ``sum``, ``all`` and ``any``
+    writes; the kernel returns ``np.int64(0)`` when there are none). Callers type their kernel
+    calls from this (:mod:`pmfast.loops.deferred`) before the kernel is compiled."""
+    return [
+        np.dtype(output_dtypes[k]).name if w.mode == SUM else "bool"
+        for k, w in enumerate(loop.writes)
+        if w.mode in (SUM, ALL, ANY)
+    ]
 
 
 def chunkable(loop: IndexedLoop) -> bool:
@@ -129,7 +140,9 @@ def generate_chunked(
     k_lines += ["        " + line for line in loads[1] + reads[1] + compute]
     k_lines += ["    " + line for line in after]
     ret = ", ".join(f"acc{k}" for k in accs)
-    k_lines.append(f"return ({ret},)" if accs else "return 0")
+    # the return types exactly as :func:`kernel_returns` predicts them
+    typed = ", ".join(f"np.{'bool_' if dt == 'bool' else dt}(acc{k})" for k, dt in zip(accs, kernel_returns(loop, output_dtypes)))
+    k_lines.append(f"return ({typed},)" if accs else "return np.int64(0)")
     kernel_name = f"{func_name}_kernel"
     kernel = _def(kernel_name, kargs, k_lines)
 

@@ -7,13 +7,14 @@ the codegen switches it reads (``LAZY_SWITCH``, ``CHUNKED``; ``VERSION`` in ever
 from __future__ import annotations
 
 import logging
+import os
 from hashlib import sha256
 
 import numpy as np
 
 from pmfast.loops import threads as loop_threads
 from pmfast.loops.body import BODY_VERSION, is_vmath, op_body, vectorizable
-from pmfast.loops.chunked import CHUNKED_VERSION, chunkable, generate_chunked, threadable
+from pmfast.loops.chunked import CHUNKED_VERSION, chunkable, generate_chunked, kernel_returns, threadable
 from pmfast.loops.codegen import generate_source, source_key
 from pmfast.loops.op import IndexedElemwise
 
@@ -30,6 +31,10 @@ LAZY_SWITCH = True
 #: Run 1-d loops whose body vectorizes (branch-free arithmetic and pmfast.vmath's kernels) in
 #: the chunked form (:mod:`pmfast.loops.chunked`). Switch off to measure without it.
 CHUNKED = True
+
+#: Compile a chunked loop's kernel apart from its caller (:mod:`pmfast.loops.deferred`: on the
+#: other core, linked into the caller at the end). Switch off to call the kernel's dispatcher.
+DEFERRED = os.environ.get("PMFAST_DEFERRED_KERNELS", "1") != "0"
 
 
 def will_vectorize(scalar_op) -> bool:
@@ -80,6 +85,7 @@ try:
         register_funcify_and_cache_key,
     )
     import numba
+    from pytensor import config
     from pytensor.scalar.basic import get_scalar_type
 
     from pmfast.compiler.arrays import VERSION as arrays_version
@@ -149,17 +155,9 @@ try:
             body_dtypes = [o.type.dtype for o in scalar_node.outputs]
             threads = loop_threads.THREADS if threadable(loop) else 1
             sources = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, name, threads)
-            env["prange"] = numba.prange
-            for fname, fsrc in sources[:-1]:
-                f = compile_numba_function_src(rewrite_source(fsrc, env), fname, env, write_to_disk=True)
-                flags = {"parallel": True} if fname.endswith("_blocks") else {}
-                env[fname] = numba_basic.numba_njit(f, fastmath=False, error_model="numpy", **flags)
             src = "".join(fsrc for _, fsrc in sources)
-            fn = compile_numba_function_src(rewrite_source(sources[-1][1], env), name, env, write_to_disk=True)
         else:
             src = generate_source(loop, in_dtypes, out_dtypes, func_name=name, body=body)
-            fn = compile_numba_function_src(rewrite_source(src, env), name, env, write_to_disk=True)
-        jitted = numba_basic.numba_njit(fn, fastmath=False)
         if scalar_key is None:
             key = None
         else:
@@ -174,11 +172,50 @@ try:
                         sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
-                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads, arrays_version),
+                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads, arrays_version, DEFERRED),
                     )
                 ).encode()
             ).hexdigest()
+        if form == "chunked":
+            env["prange"] = numba.prange
+            for fname, fsrc in sources[:-1]:
+                flags = {"parallel": True} if fname.endswith("_blocks") else {}
+                if fname.endswith("_kernel") and threads == 1 and key is not None and DEFERRED and config.numba__cache:
+                    # globals of its own, named after a module: numba can rebuild its environment
+                    # from the cache in another process
+                    kenv = {**env, "__name__": __name__}
+                    f = compile_numba_function_src(rewrite_source(fsrc, kenv), fname, kenv, write_to_disk=True)
+                    env[fname] = _deferred_kernel(f, key, fsrc, kernel_returns(loop, out_dtypes))
+                    continue
+                f = compile_numba_function_src(rewrite_source(fsrc, env), fname, env, write_to_disk=True)
+                env[fname] = numba_basic.numba_njit(f, fastmath=False, error_model="numpy", **flags)
+            fn = compile_numba_function_src(rewrite_source(sources[-1][1], env), name, env, write_to_disk=True)
+        else:
+            fn = compile_numba_function_src(rewrite_source(src, env), name, env, write_to_disk=True)
+        jitted = numba_basic.numba_njit(fn, fastmath=False)
         return jitted, key
+
+    def _deferred_kernel(py_func, loop_key: str, kernel_src: str, returns: list[str]):
+        """The chunked kernel, cached under a key of its own (the worker hands it over through
+        numba's cache), called through a :class:`~pmfast.loops.deferred.Deferred`: compiled in a
+        forked worker while the caller compiles, linked into the caller when its library is
+        finalised."""
+        from numba.core import types
+
+        from pmfast.compiler import cache
+        from pmfast.linker import _with_stable_filename, compile_salt
+        from pmfast.loops import deferred
+
+        deferred.install()
+        # numba names cache files after the source file: the generated source's temporary file
+        # would give every process other files (found by the worker's parent only)
+        py_func = _with_stable_filename(py_func)
+        key = sha256(repr((loop_key, kernel_src, "fastmath=False", "error_model=numpy")).encode()).hexdigest()
+        key = f"pmfast_kernel_{key}_{compile_salt()}"
+        cache.register(py_func, key)
+        dispatcher = numba_basic.numba_njit(py_func, fastmath=False, error_model="numpy", cache=True)
+        restype = types.BaseTuple.from_types([numba.from_dtype(np.dtype(dt)) for dt in returns]) if returns else types.int64
+        return deferred.Deferred(dispatcher, key, restype)
 
 except ImportError:  # pragma: no cover - numba backend unavailable
     _log.debug("numba dispatch for IndexedElemwise not registered", exc_info=True)

@@ -1,0 +1,399 @@
+"""Calling a jitted function whose compile is deferred: compiled on the other core, linked at the end.
+
+A chunked loop's kernel (:mod:`pmfast.loops.chunked`) is model-specific: on a used machine it
+is compiled, with the scalar functions its body calls, next to the entry that calls it (stoch_vol's
+two kernels: ~1 CPU s of a 3.1 s numba stage), on the one core that also compiles the entry. numba
+would compile it when it *types* the call, before lowering the caller. Here the caller's call goes
+through a :class:`Deferred` instead of the kernel's dispatcher:
+
+* **Typing.** The return type is predicted (:func:`pmfast.loops.chunked.kernel_returns`: the
+  kernel returns its totals as a tuple of known dtypes, or ``np.int64(0)``), the argument types are
+  the call site's (unliteral'd). Nothing is compiled here, but the first typed call forks a worker
+  (:class:`_Worker`, :func:`pmfast.compiler.parallel.fork`, same conditions:
+  ``PMFAST_PARALLEL_COMPILE``, no other threads; and a core idle right now, :func:`spare_core`)
+  that compiles the kernel for those argument types
+  into numba's on-disk cache; later typed calls (the other kernels of the entry) are sent to the
+  same worker through a pipe, so the scalar functions they share are compiled once.
+* **Lowering** (:func:`_lower_call`). Without a worker (no fork possible, or argument types no
+  worker was asked for), the kernel is compiled here and now (a load when the cache holds it). The
+  call is emitted with numba's calling convention and error propagation (as numba's own
+  ``call_internal``) to a *placeholder* symbol named from the kernel's cache key and argument
+  types (:meth:`Deferred.placeholder`), and the caller's code library records it as pending, with
+  a stand-in where numba would have put the kernel's library among its linking libraries.
+* **Resolution** (:func:`resolve`, before that library is finalised: linked and optimised). Close
+  the pipe and wait for the worker, compile the kernel here (now a load from the cache; the error
+  of a compile that fails surfaces here), check its return type against the prediction, put its
+  library in place of the stand-in and rename the placeholder declaration to the kernel's symbol.
+  The module is then linked and optimised exactly as with a direct call, and the kernel's linkable
+  module comes from the cache whichever process compiled it: the same bits either way.
+
+:func:`install` patches numba's ``CPUCodeLibrary.finalize`` to call :func:`resolve` first, only
+for libraries with pending placeholders (one ``__dict__`` lookup otherwise).
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import inspect
+import logging
+import os
+import pickle
+from hashlib import sha256
+
+from numba.core import cgutils, types
+from numba.core.imputils import lower_builtin
+from numba.core.typing import signature
+from numba.extending import register_model, typeof_impl
+from numba.core.datamodel.models import OpaqueModel
+
+log = logging.getLogger("pmfast.compiler")
+
+#: Attribute of a numba code library holding its pending placeholders: ``{name: _Pending}``.
+PENDING = "_pmfast_deferred"
+
+
+class Deferred:
+    """A jitted function ``dispatcher`` (``cache=True``, cached under ``key``) called through a
+    placeholder resolved at link time; ``restype``: its numba return type, predicted."""
+
+    _by_key: dict[str, Deferred] = {}
+
+    def __new__(cls, dispatcher, key: str, restype):
+        # one object (and numba type) per cached function: another loop function compiling the
+        # same kernel (another pytensor function in this process) shares its requests and results
+        if key in cls._by_key:
+            return cls._by_key[key]
+        self = super().__new__(cls)
+        self.dispatcher, self.key, self.restype = dispatcher, key, restype
+        self.arg_names = tuple(inspect.signature(dispatcher.py_func).parameters)
+        self._requested: set[tuple] = set()  # sent to the current worker
+        self._type = None
+        cls._by_key[key] = self
+        return self
+
+    def __reduce__(self):  # numba pickles a generated function's globals with its cache entry
+        return Deferred, (self.dispatcher, self.key, self.restype)
+
+    def __call__(self, *args):  # from Python (a loop function run uncompiled)
+        return self.dispatcher(*args)
+
+    def __repr__(self):
+        return f"Deferred({self.dispatcher.py_func.__name__}, {self.key[:12]})"
+
+    @property
+    def numba_type(self):
+        if self._type is None:
+            self._type = DeferredCall(self)
+            lower_builtin(self._type, types.VarArg(types.Any))(functools.partial(_lower_call, self))
+        return self._type
+
+    def placeholder(self, argtypes: tuple) -> str:
+        """The placeholder symbol for a call with ``argtypes``: the same in every process."""
+        text = repr((self.key, tuple(str(t) for t in argtypes), str(self.restype)))
+        return "_pmfast_deferred_" + sha256(text.encode()).hexdigest()[:32]
+
+    def request(self, argtypes: tuple) -> None:
+        """A call with ``argtypes`` was typed: have the compile worker start on it (once per process)."""
+        if argtypes in self._requested or argtypes in self.dispatcher.overloads or self._in_cache():
+            return
+        if _Worker.send(self, argtypes):
+            self._requested.add(argtypes)
+
+    def start(self, argtypes: tuple) -> None:
+        """A call with ``argtypes`` is lowered: without a worker compiling it, compile it here now."""
+        self.request(argtypes)
+        if argtypes not in self._requested and argtypes not in self.dispatcher.overloads:
+            self.dispatcher.compile(argtypes)
+
+    def result(self, argtypes: tuple):
+        """The compile result for ``argtypes`` (waits for the worker, then loads or compiles here)."""
+        if argtypes in self._requested:
+            _Worker.finish()
+        self.dispatcher.compile(argtypes)
+        cres = self.dispatcher.overloads[argtypes]
+        if cres.signature.return_type != self.restype:
+            raise TypeError(
+                f"pmfast: {self.dispatcher.py_func.__name__} returns {cres.signature.return_type}, "
+                f"predicted {self.restype} (pmfast.loops.chunked.kernel_returns is wrong for this loop)"
+            )
+        return cres
+
+    def _in_cache(self) -> bool:
+        """Whether numba's cache has an index for the kernel (its compile will most likely be a load)."""
+        cache = getattr(self.dispatcher, "_cache", None)
+        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+        return index is not None and os.path.exists(index)
+
+
+class DeferredCall(types.Callable, types.Dummy):
+    """numba's type of a :class:`Deferred`: its calls are typed by prediction, lowered to a placeholder."""
+
+    def __init__(self, deferred: Deferred):
+        self.deferred = deferred
+        super().__init__(name=f"DeferredCall({deferred.dispatcher.py_func.__name__}, {deferred.key[:16]})")
+
+    @property
+    def key(self):
+        return ("pmfast.DeferredCall", self.deferred.key)
+
+    def get_call_type(self, context, args, kws):
+        if kws:
+            return None
+        args = tuple(types.unliteral(a) for a in args)
+        if all(isinstance(a, types.Type) and a.is_precise() for a in args):
+            self.deferred.request(args)
+        return signature(self.deferred.restype, *args)
+
+    def get_call_signatures(self):
+        return (), True
+
+    def get_impl_key(self, sig):
+        return self
+
+
+register_model(DeferredCall)(OpaqueModel)
+
+
+@typeof_impl.register(Deferred)
+def _typeof_deferred(val, c):
+    return val.numba_type
+
+
+class _Worker:
+    """The forked process compiling deferred functions into numba's cache, as their calls are
+    typed: requests ``(key, argtypes)`` arrive through a pipe; when the pipe closes (:meth:`finish`,
+    once a caller's library needs the results) it compiles what is left and exits. One process for
+    all of a compile's requests, so the functions they share (scalar math) are compiled once."""
+
+    current: _Worker | None = None
+    exit_hook = False
+
+    def __init__(self, child, fd: int):
+        self.child, self.fd = child, fd
+        self.deferreds: list[Deferred] = []
+
+    @classmethod
+    def send(cls, deferred: Deferred, argtypes: tuple) -> bool:
+        """Send a request (forking the worker if none is running); False when no fork is possible."""
+        from pmfast.compiler import parallel
+
+        if cls.current is None:
+            if not (parallel.enabled() and spare_core()):
+                return False
+            r, w = os.pipe()
+            child = parallel.fork(functools.partial(_serve, r, w))
+            os.close(r)
+            if child is None:
+                os.close(w)
+                return False
+            cls.current = cls(child, w)
+            if not cls.exit_hook:
+                atexit.register(cls.finish)
+                # another process forked meanwhile (an expand entry's child) must not hold the
+                # pipe open: the worker would wait for it to exit before seeing the end
+                os.register_at_fork(after_in_child=cls._forget)
+                cls.exit_hook = True
+        data = pickle.dumps((deferred.key, argtypes))
+        try:
+            os.write(cls.current.fd, len(data).to_bytes(4, "little") + data)
+        except OSError:  # the worker is gone: what it was sent is compiled here
+            cls.finish()
+            return False
+        cls.current.deferreds.append(deferred)
+        return True
+
+    @classmethod
+    def _forget(cls) -> None:
+        """In a forked child: the parent's worker is not this process's."""
+        if cls.current is not None:
+            try:
+                os.close(cls.current.fd)
+            except OSError:
+                pass
+            cls.current = None
+
+    @classmethod
+    def finish(cls) -> None:
+        """Close the pipe and wait for the worker (its requests are then in the cache or failed)."""
+        worker, cls.current = cls.current, None
+        if worker is None:
+            return
+        os.close(worker.fd)
+        if not worker.child.wait():
+            log.info("pmfast: the forked compile of deferred functions failed; compiling them here")
+        for deferred in worker.deferreds:
+            deferred._requested.clear()
+
+
+def spare_core() -> bool:
+    """Is a core idle right now (fewer other runnable tasks than cores minus ours)?
+
+    The worker only pays on a core nobody else uses: with every core busy (another job), it takes
+    its CPU from the compile it was meant to relieve (stoch_vol with one core busy elsewhere: the
+    parent 0.9 CPU s lighter but 0.3 s later). Linux's instantaneous count of runnable tasks
+    (``/proc/loadavg``, which includes this process); elsewhere, assume one is. Where the kernel is
+    compiled never changes what it computes (the same bits either way), only when it is ready.
+    """
+    try:
+        with open("/proc/loadavg") as f:
+            running = int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    if running - 1 < cores - 1:
+        return True
+    # this compile's own children (the expand entry's, about to finish) leave the core to the worker
+    return running - 1 - _running_children() < cores - 1
+
+
+def _running_children() -> int:
+    """How many of this process's children are running now (from ``/proc/<pid>/stat``)."""
+    me, n = os.getpid(), 0
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
+        except (OSError, ValueError):
+            continue
+        n += state == "R" and int(ppid) == me
+    return n
+
+
+def _serve(r: int, w: int) -> None:
+    """The worker's loop (in the child): compile each request; stop when the pipe closes."""
+    os.close(w)
+    failed = False
+    with os.fdopen(r, "rb") as pipe:
+        while head := pipe.read(4):
+            key, argtypes = pickle.loads(pipe.read(int.from_bytes(head, "little")))
+            try:
+                Deferred._by_key[key].dispatcher.compile(argtypes)
+            except Exception:  # the caller compiles it again and sees the error
+                failed = True
+    if failed:
+        raise RuntimeError("a deferred compile failed")
+
+
+class _Pending:
+    """A placeholder in a library: what it stands for, and the stand-in for the kernel's library
+    in the library's linking order."""
+
+    __slots__ = ("deferred", "argtypes", "stub")
+
+    def __init__(self, deferred, argtypes):
+        self.deferred, self.argtypes, self.stub = deferred, argtypes, _Unresolved()
+
+
+class _Unresolved:
+    """Where a deferred callee's library goes among the caller's linking libraries until :func:`resolve`."""
+
+    @property
+    def _reload_init(self):
+        raise RuntimeError("pmfast: a deferred call was not resolved before its library was finalised (pmfast.loops.deferred.resolve)")
+
+    def _get_module_for_linking(self):
+        return self._reload_init
+
+    def _ensure_finalized(self):
+        return self._reload_init
+
+
+def _lower_call(deferred: Deferred, context, builder, sig, args):
+    """Lower a call of ``deferred`` (``sig`` from :meth:`DeferredCall.get_call_type`) as numba's
+    ``call_internal`` lowers a call of a compiled function, to the placeholder symbol."""
+    argtypes = tuple(sig.args)
+    deferred.start(argtypes)
+    name = deferred.placeholder(argtypes)
+    fnty = context.call_conv.get_function_type(sig.return_type, argtypes)
+    fn = cgutils.get_or_insert_function(builder.module, fnty, name)
+    context.apply_target_attributes(fn, argtypes, sig.return_type)
+    context.call_conv.decorate_function(fn, deferred.arg_names, argtypes)
+    status, res = context.call_conv.call_function(builder, fn, sig.return_type, argtypes, args)
+    with cgutils.if_unlikely(builder, status.is_error):
+        context.call_conv.return_status_propagate(builder, status)
+    library = context.active_code_library
+    pending = library.__dict__.setdefault(PENDING, {})
+    if name not in pending:
+        pending[name] = _Pending(deferred, argtypes)
+        library._linking_libraries.append(pending[name].stub)
+    return res
+
+
+def resolve(library) -> None:
+    """Resolve ``library``'s placeholders (see the module docstring); call before it is finalised.
+
+    For each: the callee's compile result (waiting for its child), its library in place of the
+    stand-in among ``library``'s linking libraries, and the placeholder declaration renamed to the
+    callee's symbol (or, if the module already declares that symbol, defined as an always-inlined
+    call of it).
+    """
+    pending = library.__dict__.pop(PENDING, None)
+    if not pending:
+        return
+    for name, p in pending.items():
+        cres = p.deferred.result(p.argtypes)
+        cres.library._ensure_finalized()
+        library._linking_libraries[:] = [cres.library if lib is p.stub else lib for lib in library._linking_libraries]
+        target = cres.fndesc.mangled_name
+        module = library._final_module
+        try:
+            fn = module.get_function(name)
+        except NameError:
+            continue  # the call was optimised away
+        if not _has_function(module, target):
+            fn.name = target
+            if fn.name == target:
+                continue
+        _define_forwarder(library, cres, name, target)
+
+
+def _has_function(module, name: str) -> bool:
+    try:
+        module.get_function(name)
+    except NameError:
+        return False
+    return True
+
+
+def _define_forwarder(library, cres, name: str, target: str) -> None:
+    """Define ``name`` in ``library`` as an always-inlined call of ``target`` (the same arguments)."""
+    from llvmlite import ir
+
+    context = cres.target_context
+    fnty = context.call_conv.get_function_type(cres.signature.return_type, cres.signature.args)
+    module = library.create_ir_module(name)
+    forward = ir.Function(module, fnty, name)
+    forward.linkage = "linkonce_odr"
+    forward.attributes.add("alwaysinline")
+    callee = ir.Function(module, fnty, target)
+    builder = ir.IRBuilder(forward.append_basic_block())
+    builder.ret(builder.call(callee, forward.args))
+    library.add_ir_module(module)
+
+
+_installed = False
+
+
+def install() -> None:
+    """Make numba's ``CPUCodeLibrary.finalize`` call :func:`resolve` first when placeholders are pending."""
+    global _installed
+    if _installed:
+        return
+    from numba.core.codegen import CPUCodeLibrary
+
+    original = CPUCodeLibrary.finalize
+
+    def finalize(self):
+        if PENDING in self.__dict__:
+            resolve(self)
+        return original(self)
+
+    finalize.__wrapped__ = original
+    CPUCodeLibrary.finalize = finalize
+    _installed = True
