@@ -3,6 +3,7 @@ worker (or here), linked into the caller when its library is finalised."""
 
 from __future__ import annotations
 
+import os
 import uuid
 
 import numba
@@ -184,8 +185,9 @@ def test_without_fork_the_kernel_compiles_here(monkeypatch):
 
 
 def test_a_failed_worker_leads_to_a_compile_here(monkeypatch):
-    if not parallel.enabled():
-        pytest.skip("no fork here")
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    monkeypatch.setattr(parallel, "enabled", lambda: True)  # earlier tests may leave threads running
 
     def fail(r, w):
         raise RuntimeError("worker fails")
