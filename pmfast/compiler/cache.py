@@ -105,6 +105,13 @@ def register(py_func, key: str | None) -> None:
         CACHED_SRC_FUNCTIONS[py_func] = key
 
 
+def has_index(dispatcher) -> bool:
+    """Whether numba's cache has an index file for ``dispatcher`` (its compile will most likely be a load)."""
+    cache = getattr(dispatcher, "_cache", None)
+    index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
+    return index is not None and os.path.exists(index)
+
+
 def count(dispatcher_or_cfunc, key) -> bool:
     """Record whether a compile was a cache hit; returns it."""
     if key is None:

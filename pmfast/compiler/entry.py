@@ -366,9 +366,9 @@ class PreparedEntry:
 
     def in_cache(self) -> bool:
         """Whether numba's cache has an index for this entry (the compile will most likely be a load)."""
-        cache = getattr(self.dispatcher, "_cache", None)
-        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
-        return index is not None and os.path.exists(index)
+        from pmfast.compiler import cache
+
+        return cache.has_index(self.dispatcher)
 
     def compile(self) -> Entry:
         from pmfast.compiler import cache, native

@@ -121,9 +121,9 @@ class Deferred:
 
     def _in_cache(self) -> bool:
         """Whether numba's cache has an index for the kernel (its compile will most likely be a load)."""
-        cache = getattr(self.dispatcher, "_cache", None)
-        index = getattr(getattr(cache, "_cache_file", None), "_index_path", None)
-        return index is not None and os.path.exists(index)
+        from pmfast.compiler import cache
+
+        return cache.has_index(self.dispatcher)
 
 
 class DeferredCall(types.Callable, types.Dummy):
