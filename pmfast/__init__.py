@@ -15,6 +15,7 @@ _LAZY = {
     "logp_dlogp_function": "pmfast.frontend",
     "kernel_args": "pmfast.frontend",
     "ModelError": "pmfast.frontend",
+    "FallbackWarning": "pmfast.frontend",
     "get_mode": "pmfast.mode",
     "enable": "pmfast.mode",
     "disable": "pmfast.mode",

@@ -24,6 +24,17 @@ class ModelError(ValueError):
     """The model can't be compiled for NUTS (e.g. it has discrete free variables)."""
 
 
+class FallbackWarning(UserWarning):
+    """pmfast could not compile the model; it was compiled by nutpie's stock numba backend instead."""
+
+
+def fallback_enabled() -> bool:
+    """Whether a failed pmfast compile falls back to nutpie's stock compile (``PMFAST_FALLBACK=0``: raise)."""
+    import os
+
+    return os.environ.get("PMFAST_FALLBACK", "1") != "0"
+
+
 def check_model(model) -> None:
     """Raise :class:`ModelError` for models NUTS can't sample."""
     import pymc as pm
@@ -66,8 +77,38 @@ def compile(model, *, passes: PassSelection = "all", progress: bool | Callable =
     backend = kwargs.pop("backend", "numba")
     if str(backend).lower() != "numba":
         raise ValueError(f"pmfast compiles for the numba backend only, got backend={backend!r}")
+    nutpie_glue.check_options(kwargs)
     stage = stage_printer() if progress is True else (progress or None)
-    return nutpie_glue.compile_numba(model, get_mode(selected), passes=selected, stage=stage, **kwargs)
+    try:
+        return nutpie_glue.compile_numba(model, get_mode(selected), passes=selected, stage=stage, **kwargs)
+    except Exception as error:
+        if not fallback_enabled():
+            raise
+        return _stock_fallback(model, error, kwargs)
+
+
+def _stock_fallback(model, error: Exception, kwargs: dict):
+    """The model compiled by ``nutpie.compile_pymc_model`` (numba backend) after pmfast failed with ``error``.
+
+    pmfast never stops a model that stock samples: a failure inside pmfast's passes or
+    code generation (a bug, an op or dtype it does not handle) costs a stock compile and a
+    :class:`FallbackWarning` naming the error, not the user's session. An error stock raises
+    too (the model's own) is stock's, raised from pmfast's.
+    """
+    import warnings
+
+    import nutpie
+
+    from pmfast import nutpie_glue
+
+    warnings.warn(
+        f"pmfast could not compile this model ({type(error).__name__}: {error}); "
+        "compiling it with nutpie's stock numba backend instead (PMFAST_FALLBACK=0 raises)",
+        FallbackWarning,
+        stacklevel=3,
+    )
+    compiled = nutpie.compile_pymc_model(model, backend="numba", **kwargs)
+    return nutpie_glue.as_pmfast_model(compiled, fallback=f"{type(error).__name__}: {error}")
 
 
 def sample(

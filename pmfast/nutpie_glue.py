@@ -55,6 +55,30 @@ class PmfastCompiledModel(_np_compile.CompiledPyMCModel):
     """The compiled entries (:class:`pmfast.compiler.entry.Entry`); ``user_data`` holds their addresses."""
     cpu_timings: dict[str, float] = field(default_factory=dict)
     """CPU seconds of this process per stage (``timings`` are wall seconds)."""
+    fallback: str | None = None
+    """Why pmfast's compile failed, when nutpie's stock compile made this model instead."""
+
+
+def as_pmfast_model(compiled, *, fallback: str | None = None) -> PmfastCompiledModel:
+    """nutpie's own ``CompiledPyMCModel`` as a :class:`PmfastCompiledModel` with no passes."""
+    import dataclasses
+
+    fields = {f.name: getattr(compiled, f.name) for f in dataclasses.fields(_np_compile.CompiledPyMCModel)}
+    return PmfastCompiledModel(**fields, passes=(), fallback=fallback)
+
+
+#: Options of ``compile_numba`` (and so of ``pmfast.compile``) besides the model, mode, passes and stage.
+COMPILE_OPTIONS = ("initial_points", "jitter_rvs", "default_initialization_strategy", "var_names", "freeze_model")
+
+
+def check_options(kwargs) -> None:
+    """Raise ``TypeError`` for options ``pmfast.compile`` does not take."""
+    unknown = set(kwargs) - set(COMPILE_OPTIONS)
+    if unknown:
+        raise TypeError(
+            f"pmfast.compile got unexpected options {sorted(unknown)} "
+            "(nutpie passes these to numba.cfunc; pmfast compiles its callbacks itself)"
+        )
 
 
 def _with_lock(func):
@@ -85,17 +109,13 @@ def compile_numba(
 
     ``stage(name, seconds_or_None)`` is called when a compile stage starts and ends.
     """
-    if unknown:
-        raise TypeError(
-            f"pmfast.compile got unexpected options {sorted(unknown)} "
-            "(nutpie passes these to numba.cfunc; pmfast compiles its callbacks itself)"
-        )
+    check_options(unknown)
     from pmfast import compiler
-    from pmfast.compiler import collector, overloads
+    from pmfast.compiler import collector, overloads, symbols
 
     check_nutpie()
     compiler.setup()
-    with collector.relaxed(), overloads.plain_errors(), _python_vm(), _creation_traces():
+    with symbols.guarded(), collector.relaxed(), overloads.plain_errors(), _python_vm(), _creation_traces():
         return _compile_numba(
             model,
             mode,
@@ -309,7 +329,7 @@ def logp_kernel(fn):
     and benchmarks of the code nutpie runs.
     """
     from pmfast import compiler
-    from pmfast.compiler import callbacks, entry, overloads
+    from pmfast.compiler import callbacks, entry, overloads, symbols
 
     compiler.setup()
     shared = list(fn.get_shared())
@@ -318,7 +338,7 @@ def logp_kernel(fn):
     n_dim = int(fn.maker.fgraph.inputs[0].type.shape[0])
     names = [v.name for v in shared]
     spec = entry.describe("logp", fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_dim)
-    with overloads.plain_errors():
+    with symbols.guarded(), overloads.plain_errors():
         compiled = entry.compile_entry(spec, fn)
     cfunc = callbacks.compiled()["logp"]
     callbacks.set_header(user_data, compiled.address, 0, n_dim, 0)

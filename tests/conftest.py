@@ -1,5 +1,10 @@
+import os
+
 import numpy as np
 import pytest
+
+# a failed pmfast compile raises in the tests instead of falling back to nutpie's stock compile
+os.environ.setdefault("PMFAST_FALLBACK", "0")
 
 
 def hierarchical_model(n_obs=200, n_groups=12, seed=0):

@@ -132,6 +132,22 @@ def inline_version(dispatcher):
     return _inlined[inner]
 
 
+def scalar_inline_version(dispatcher):
+    """:func:`inline_version` of a scalar op's function, for a fast-math caller (an Elemwise core), or None.
+
+    Inlined at numba's IR level, a function is lowered with its caller's fast-math flags. One
+    compiled with fast math off keeps its own flags by being called: pytensor compiles ``x ** k``
+    with an integer or bool ``k`` that way, because ``afn`` lets LLVM turn ``pow(x, (double)k)``
+    into ``llvm.powi``, which becomes a call of ``__powidf2``, a symbol numba's JIT does not
+    resolve: an LLVM abort of the process (numba issue 9554). LLVM's own inlining of the call
+    keeps each instruction's flags.
+    """
+    inner = inner_function(dispatcher)
+    if inner is not None and inner.targetoptions.get("fastmath") is False:
+        return None
+    return inline_version(dispatcher)
+
+
 def should_inline(op_name: str | None, dispatcher) -> bool:
     """Inline this node's function into the entry (see the module docstring)?"""
     if op_name is None or op_name in NEVER or os.environ.get("PMFAST_INLINE", "1") == "0":

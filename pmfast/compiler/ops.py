@@ -154,7 +154,7 @@ def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
         ok = isinstance(fdef, ast.FunctionDef) and not fdef.args.vararg and len(fdef.args.args) == len(ins)
         fdef = fdef if ok and isinstance(fdef.body[-1], ast.Return) else None
     if fdef is None:
-        env["scalar_fn"] = (len(ins) <= MAX_ARITY and inline.inline_version(scalar_fn)) or scalar_fn
+        env["scalar_fn"] = (len(ins) <= MAX_ARITY and inline.scalar_inline_version(scalar_fn)) or scalar_fn
         return [f"{', '.join(temps)} = scalar_fn({', '.join(ins)})"], env
     env.update(scalar_fn.py_func.__globals__)
     if len(fdef.body) > CORE_INLINE_MAX:
@@ -164,7 +164,7 @@ def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
     for name, value in list(env.items()):
         if name in called or not isinstance(value, inline._dispatcher_type()):
             continue
-        if (copy := inline.inline_version(value)) is not None:
+        if (copy := inline.scalar_inline_version(value)) is not None:
             env[name] = copy
     lines = [f"{a.arg} = {i}" for a, i in zip(fdef.args.args, ins)]
     lines += [ast.unparse(stmt) for stmt in fdef.body[:-1]]

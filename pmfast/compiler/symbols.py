@@ -1,0 +1,104 @@
+"""A Python error, not an LLVM abort, for machine code that would call a symbol nobody defines.
+
+When numba's JIT links a module whose code calls a function that is neither
+in the JIT nor in the process, LLVM's runtime linker stops the process
+(``LLVM ERROR: Symbol not found``): a notebook kernel dies and nothing is
+saved. numba checks its own mangled names before adding a module
+(``CPUCodeLibrary._verify_declare_only_symbols``); the others are found only
+by the linker. The case users met: with fast math (``afn``), LLVM turns
+``pow(x, (double)k)`` for an integer ``k`` into ``llvm.powi``, which machine
+code calls as ``__powidf2``, a compiler-runtime helper numba's JIT does not
+resolve (numba issue 9554).
+
+:func:`unresolved` lists what a finalised module would call but cannot:
+declared functions that the JIT and the process don't define, and
+intrinsics that lower to such calls (:data:`LIBCALLS`). :func:`guarded`
+makes numba's check before adding a module also raise
+:class:`UnresolvedSymbolError` for them, so the module is never added and
+the compile fails with a Python exception that pmfast can fall back from.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+#: LLVM intrinsics (name prefixes) that x86-64 code generation lowers to calls of compiler-runtime
+#: helpers, and those helpers' names.
+LIBCALLS = {
+    "llvm.powi.f64": "__powidf2",
+    "llvm.powi.f32": "__powisf2",
+}
+
+
+class UnresolvedSymbolError(RuntimeError):
+    """Machine code would call functions that neither numba's JIT nor the process defines."""
+
+
+def _resolvable(name: str, engine) -> bool:
+    import llvmlite.binding as ll
+
+    if engine.is_symbol_defined(name) or ll.address_of_symbol(name):
+        return True
+    # symbols of object code loaded from numba's cache (not in the engine's bookkeeping)
+    return bool(engine._ee.get_function_address(name))
+
+
+def unresolved(module, engine) -> list[str]:
+    """The symbols ``module``'s machine code would call that ``engine`` (numba's JIT) can't resolve."""
+    missing = []
+    for fn in module.functions:
+        if not fn.is_declaration:
+            continue
+        name = fn.name
+        if name.startswith("llvm."):
+            helper = next((h for prefix, h in LIBCALLS.items() if name.startswith(prefix)), None)
+            if helper is not None and not _resolvable(helper, engine):
+                missing.append(f"{helper} (for {name})")
+        elif not _resolvable(name, engine):
+            missing.append(name)
+    return missing
+
+
+def check(library) -> None:
+    """Raise :class:`UnresolvedSymbolError` if ``library``'s final module calls what the JIT can't resolve."""
+    missing = unresolved(library._final_module, library._codegen._engine)
+    if missing:
+        raise UnresolvedSymbolError(
+            f"numba function {library.name!r} would call undefined symbols: {', '.join(missing)}; "
+            "LLVM would abort the process linking it"
+        )
+
+
+_lock = threading.Lock()
+_depth = 0
+_original = None
+
+
+def _verify_declare_only_symbols(self):
+    _original(self)
+    check(self)
+
+
+@contextlib.contextmanager
+def guarded():
+    """numba's JIT checks every module it links for symbols it can't resolve, until the block ends.
+
+    Nested and concurrent blocks share one installation; the last to leave restores numba's check.
+    """
+    global _depth, _original
+    from numba.core.codegen import CPUCodeLibrary
+
+    with _lock:
+        if _depth == 0:
+            _original = CPUCodeLibrary._verify_declare_only_symbols
+            CPUCodeLibrary._verify_declare_only_symbols = _verify_declare_only_symbols
+        _depth += 1
+    try:
+        yield
+    finally:
+        with _lock:
+            _depth -= 1
+            if _depth == 0:
+                CPUCodeLibrary._verify_declare_only_symbols = _original
+                _original = None
