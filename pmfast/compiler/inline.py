@@ -140,11 +140,13 @@ def scalar_inline_version(dispatcher):
     with an integer or bool ``k`` that way, because ``afn`` lets LLVM turn ``pow(x, (double)k)``
     into ``llvm.powi``, which becomes a call of ``__powidf2``, a symbol numba's JIT does not
     resolve: an LLVM abort of the process (numba issue 9554). LLVM's own inlining of the call
-    keeps each instruction's flags.
+    keeps each instruction's flags. pmfast's own scalar functions (``pmfast.vmath``'s ``psi``)
+    are written to be inlined into fast-math cores and still are.
     """
     inner = inner_function(dispatcher)
     if inner is not None and inner.targetoptions.get("fastmath") is False:
-        return None
+        if not getattr(inner.py_func, "__module__", "").startswith("pmfast."):
+            return None
     return inline_version(dispatcher)
 
 
