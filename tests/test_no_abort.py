@@ -140,17 +140,29 @@ def test_polynomial_regression_samples_as_stock():
 
 
 def test_an_unresolvable_symbol_is_a_python_error():
-    """A module calling ``__powidf2`` (fast-math ``pow`` of an integer) raises instead of aborting."""
+    """A module calling a symbol nobody defines raises inside :func:`symbols.guarded` instead of aborting."""
     import numba
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
 
     from pmfast.compiler import symbols
 
-    with symbols.guarded():
-        with pytest.raises(symbols.UnresolvedSymbolError, match="__powidf2"):
+    @intrinsic
+    def undefined_call(typingctx, x):
+        def codegen(context, builder, signature, args):
+            fnty = ir.FunctionType(ir.DoubleType(), [ir.DoubleType()])
+            fn = cgutils.get_or_insert_function(builder.module, fnty, "pmfast_test_undefined_symbol")
+            return builder.call(fn, args)
 
-            @numba.njit("float64(float64, int8)", fastmath=True)
-            def fast_power(x, k):
-                return np.power(x, k)
+        return types.float64(types.float64), codegen
+
+    with symbols.guarded():
+        with pytest.raises(symbols.UnresolvedSymbolError, match="pmfast_test_undefined_symbol"):
+
+            @numba.njit("float64(float64)")
+            def calls_nothing(x):
+                return undefined_call(x)
 
         @numba.njit("float64(float64, float64)", fastmath=True)
         def fine(x, y):
@@ -161,6 +173,29 @@ def test_an_unresolvable_symbol_is_a_python_error():
     from numba.core.codegen import CPUCodeLibrary
 
     assert CPUCodeLibrary._verify_declare_only_symbols is not symbols._verify_declare_only_symbols
+
+
+def test_fast_math_integer_powers_link():
+    """``__powidf2``/``__powisf2`` (fast-math ``pow`` of an integer: LLVM's ``powi``) resolve from the runtime."""
+    import llvmlite.binding as ll
+    import numba
+
+    from pmfast.compiler import symbols
+
+    with symbols.guarded():
+
+        @numba.njit("float64(float64, int8)", fastmath=True)
+        def fast_power(x, k):
+            return np.power(x, k)
+
+        @numba.njit("float32(float32, int32)", fastmath=True)
+        def fast_power32(x, k):
+            return np.power(x, k)
+
+    assert ll.address_of_symbol("__powidf2") and ll.address_of_symbol("__powisf2")
+    for k in (-3, 0, 1, 7):
+        assert fast_power(1.5, k) == pytest.approx(1.5**k, rel=1e-15)
+        assert fast_power32(np.float32(1.5), k) == pytest.approx(1.5**k, rel=1e-6)
 
 
 def test_a_failed_compile_falls_back_to_stock(monkeypatch, small_model):

@@ -16,6 +16,14 @@ intrinsics that lower to such calls (:data:`LIBCALLS`). :func:`guarded`
 makes numba's check before adding a module also raise
 :class:`UnresolvedSymbolError` for them, so the module is never added and
 the compile fails with a Python exception that pmfast can fall back from.
+
+:func:`define_helpers` first makes the common case work instead: the
+helpers of :data:`LIBCALLS` live in the compiler runtime (``libgcc_s``),
+which the process has loaded but privately (``RTLD_LOCAL``), so the JIT's
+symbol search misses them; their addresses are added to the JIT's table.
+That is process-wide by nature (LLVM keeps one symbol table) and changes
+nothing that linked before: it only defines names that were undefined, so
+code that would have aborted links and runs.
 """
 
 from __future__ import annotations
@@ -29,6 +37,40 @@ LIBCALLS = {
     "llvm.powi.f64": "__powidf2",
     "llvm.powi.f32": "__powisf2",
 }
+
+
+_defined = False
+
+
+def define_helpers() -> list[str]:
+    """Add the compiler-runtime helpers of :data:`LIBCALLS` that the JIT can't find to its symbol table.
+
+    Returns the names added (once per process; later calls return ``[]``). A platform without
+    ``libgcc_s`` adds nothing, and :func:`guarded` still turns a call of them into an error.
+    """
+    global _defined
+    if _defined:
+        return []
+    import ctypes
+    import ctypes.util
+
+    import llvmlite.binding as ll
+
+    _defined = True
+    added = []
+    path = ctypes.util.find_library("gcc_s")
+    try:
+        runtime = ctypes.CDLL(path) if path else None
+    except OSError:
+        runtime = None
+    for helper in LIBCALLS.values():
+        if ll.address_of_symbol(helper) or runtime is None:
+            continue
+        fn = getattr(runtime, helper, None)
+        if fn is not None:
+            ll.add_symbol(helper, ctypes.cast(fn, ctypes.c_void_p).value)
+            added.append(helper)
+    return added
 
 
 class UnresolvedSymbolError(RuntimeError):
@@ -90,6 +132,7 @@ def guarded():
     from numba.core.codegen import CPUCodeLibrary
 
     with _lock:
+        define_helpers()
         if _depth == 0:
             _original = CPUCodeLibrary._verify_declare_only_symbols
             CPUCodeLibrary._verify_declare_only_symbols = _verify_declare_only_symbols
