@@ -225,7 +225,7 @@ def growth_table(specs, results) -> None:
     per = [stages(r) for r in results]
     keys = sorted({k for p in per for k in p}, key=lambda k: -max(p.get(k, 0) for p in per))
     nodes = [r["nodes"] for r in results]
-    print(f"  {'':<40}" + "".join(f"{os.path.basename(s)[:14]:>15}" for s in specs) + f"{'exponent':>10}")
+    print(f"  {'':<40}" + "".join(f"{os.path.basename(s)[-14:]:>15}" for s in specs) + f"{'exponent':>10}")
     print(f"  {'logp nodes':<40}" + "".join(f"{n:>15}" for n in nodes))
     print(f"  {'peak RSS MB':<40}" + "".join(f"{r['peak_rss_mb']:>15.0f}" for r in results))
     for k in keys:
