@@ -86,15 +86,15 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "numba.core.caching:Cache.load_overload",
         "pmfast.compiler.cache",
-        "an unreadable cache entry is a miss, not an exception from deep inside the dispatcher",
-        "process",
+        "an unreadable cache entry of pytensor's cache directory is a miss, not an exception from deep inside the dispatcher",
+        "self-limiting",
         ("numba.tests.test_caching",),
     ),
     Patch(
         "numba.core.caching:Cache.save_overload",
         "pmfast.compiler.cache",
-        "concurrent writers of one cache index serialised by a lock file; a failed save is a warning",
-        "process",
+        "concurrent writers of one index in pytensor's cache directory serialised by a lock file; a failed save is a warning",
+        "self-limiting",
         ("numba.tests.test_caching",),
     ),
     Patch(
