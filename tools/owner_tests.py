@@ -41,6 +41,8 @@ PYTENSOR_PATHS = (
     "tests/link/c/test_op.py",
 )
 HERE = Path(__file__).resolve().parent
+#: junit XML child tags of a test case, and the outcome each means
+JUNIT_OUTCOMES = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
 
 
 def outcomes(xml_path: Path) -> dict[str, str]:
@@ -49,11 +51,11 @@ def outcomes(xml_path: Path) -> dict[str, str]:
     for case in ET.parse(xml_path).getroot().iter("testcase"):
         tid = f"{case.get('classname')}::{case.get('name')}"
         kinds = {child.tag for child in case}
-        result[tid] = next((k for k in ("failure", "error", "skipped") if k in kinds), "passed")
+        result[tid] = next((label for tag, label in JUNIT_OUTCOMES if tag in kinds), "passed")
     return result
 
 
-def run(path: str, patched: bool, cwd: Path, timeout: float) -> tuple[dict[str, str], float, int]:
+def run(path: str, patched: bool, cwd: Path, timeout: float) -> tuple[dict[str, str], float]:
     """Outcomes of one pytest process over ``path``; a crashed process shows as the id ``<crash>``."""
     env = {**os.environ, "PMFAST_OWNER_PATCHES": "1" if patched else "0", "PYTHONHASHSEED": "0"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
@@ -71,7 +73,7 @@ def run(path: str, patched: bool, cwd: Path, timeout: float) -> tuple[dict[str, 
         found = outcomes(xml) if xml.exists() else {}
     if code < 0 or (code not in (0, 1, 5) and not found):
         found["<crash>"] = f"exit {code}"
-    return found, seconds, code
+    return found, seconds
 
 
 def main(argv=None) -> int:
@@ -93,8 +95,8 @@ def main(argv=None) -> int:
         cwd, paths = args.checkout, list(args.modules or PYTENSOR_PATHS)
     report, same = {}, True
     for path in paths:
-        plain, t_plain, _ = run(path, False, cwd, args.timeout)
-        patched, t_patched, _ = run(path, True, cwd, args.timeout)
+        plain, t_plain = run(path, False, cwd, args.timeout)
+        patched, t_patched = run(path, True, cwd, args.timeout)
         diff = {t: (plain.get(t), patched.get(t)) for t in sorted(plain.keys() | patched.keys()) if plain.get(t) != patched.get(t)}
         counts = {k: sum(v == k for v in plain.values()) for k in ("passed", "failed", "error", "skipped")}
         report[path] = {"plain": counts, "tests": len(plain), "differences": diff, "seconds": [round(t_plain, 1), round(t_patched, 1)]}
