@@ -208,8 +208,10 @@ def logp_dlogp_function(model, passes: PassSelection = "all", *, seed: int = 0):
     from pymc.initial_point import make_initial_point_fn
     from pymc.pytensorf import compile as compile_pymc
 
+    from pmfast.compiler import patching
+
     joined, logp, grad, names, _ = logp_dlogp_graph(model)
-    with model:
+    with model, patching.compiling():
         fn = compile_pymc((joined,), (logp, grad), mode=get_mode(passes))
     point = make_initial_point_fn(model=model, return_transformed=True)(seed)
     x0 = np.concatenate([np.asarray(point[n], dtype="float64").ravel() for n in names])

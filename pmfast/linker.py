@@ -311,6 +311,20 @@ def _lean_compiler():
     return library.compiler(release=True)
 
 
+def _in_scope(dispatcher):
+    """``dispatcher`` whose compiles (the lazy one on first call included) run in pmfast's compile scope."""
+    from pmfast.compiler.patching import compiling
+
+    compile_ = dispatcher.compile
+
+    def compile(sig):
+        with compiling():
+            return compile_(sig)
+
+    dispatcher.compile = compile
+    return dispatcher
+
+
 class ChunkedNumbaLinker(NumbaLinker):
     """``NumbaLinker`` whose generated code never passes more than 30 items in one call or tuple display."""
 
@@ -323,6 +337,13 @@ class ChunkedNumbaLinker(NumbaLinker):
         self.optnone = optnone
         self.direct = direct
         self.stats: dict[str, int] = {}
+
+    def make_all(self, *args, **kwargs):
+        """pytensor's ``make_all`` inside pmfast's compile scope (:func:`pmfast.compiler.patching.compiling`)."""
+        from pmfast.compiler.patching import compiling
+
+        with compiling():
+            return super().make_all(*args, **kwargs)
 
     def fgraph_convert(self, fgraph, **kwargs):
         from pytensor import config
@@ -372,4 +393,4 @@ class ChunkedNumbaLinker(NumbaLinker):
                 options["pipeline_class"] = _lean_compiler()
         if key is not None:
             CACHED_SRC_FUNCTIONS[py_func] = f"{key}_fastmath{int(config.numba__fastmath)}_pmfast_direct{VERSION}"
-        return numba_njit(py_func, final_function=True, cache=key is not None, **options)
+        return _in_scope(numba_njit(py_func, final_function=True, cache=key is not None, **options))

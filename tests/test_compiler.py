@@ -443,7 +443,10 @@ def test_internal_subroutines_follow_the_callers_fastmath():
     with_reassoc = numba.njit(fastmath=full)(lambda a: np.sum(a))
     without = numba.njit(fastmath=set(entry.FASTMATH))(lambda a: np.sum(a))
     a = np.linspace(-1.0, 1.0, 101)
-    with_reassoc(a), without(a)
+    from pmfast.compiler import patching
+
+    with patching.compiling():  # compile-scoped (pmfast.compiler.subroutines)
+        with_reassoc(a), without(a)
 
     def fadd_flags(f):
         return set(re.findall(r"fadd ([a-z ]*?)double", str(f.overloads[f.signatures[0]].library._final_module)))
@@ -523,8 +526,13 @@ def test_cheap_frameinfo_names_the_caller_and_validation_still_raises():
     def replace_all_validate():
         return features.inspect.getframeinfo(sys._getframe())
 
-    info = replace_all_validate()
+    from pmfast.compiler import patching
+
+    with patching.compiling():
+        info = replace_all_validate()
     assert (info.function, info.code_context) == ("replace_all_validate", None)
+    outside = replace_all_validate()  # outside a pmfast compile: the real inspect
+    assert outside.function == "replace_all_validate" and outside.code_context
 
     class Refuse(features.Feature):
         def validate(self, fgraph):

@@ -1,9 +1,17 @@
 """pmfast.compiler.c_code: pytensor's C code files read once per class, same code and sections."""
 
+import pytest
 from pytensor.link.c.op import ExternalCOp
 from pytensor.tensor.elemwise import DimShuffle
 
-from pmfast.compiler import c_code
+from pmfast.compiler import c_code, patching
+
+
+@pytest.fixture(autouse=True)
+def _in_a_pmfast_compile():
+    """The replacement is compile-scoped: these tests run inside :func:`pmfast.compiler.patching.compiling`."""
+    with patching.compiling():
+        yield
 
 
 def _fresh(op_cls, *args, **kwargs):
@@ -44,3 +52,19 @@ def test_reloading_an_instance_goes_to_pytensor():
     with pytest.raises(ValueError) as theirs:
         plain(other, other.func_files)
     assert str(ours.value) == str(theirs.value)
+
+
+def test_outside_a_pmfast_compile_pytensors_loader():
+    c_code.install()
+    _memo_before = dict(c_code._memo)
+    c_code._memo.clear()
+    try:
+        depth = patching._state.depth
+        patching._state.depth = 0  # leave the fixture's scope for this check
+        try:
+            DimShuffle(input_ndim=2, new_order=(0, 1, "x"))
+        finally:
+            patching._state.depth = depth
+        assert not c_code._memo
+    finally:
+        c_code._memo.update(_memo_before)

@@ -3,10 +3,18 @@
 import itertools
 
 import numpy as np
+import pytest
 import pytensor.tensor as pt
 from pytensor.tensor.variable import TensorConstant
 
-from pmfast.compiler import constants
+from pmfast.compiler import constants, patching
+
+
+@pytest.fixture(autouse=True)
+def _in_a_pmfast_compile():
+    """The replacement is compile-scoped: these tests run inside :func:`pmfast.compiler.patching.compiling`."""
+    with patching.compiling():
+        yield
 
 VALUES = [np.arange(3.0), np.arange(3.0), np.array([1.0, np.nan, 2.0]), np.array([1.0, np.nan, 2.0]),
           np.array([np.nan]), np.array([np.inf, -np.inf]), np.float64(2.0), np.int64(2), np.zeros((2, 2))]
@@ -33,3 +41,14 @@ def test_one_signature_per_constant_until_its_data_changes():
     old = c.signature()
     c.data = np.ones(4)  # a new data object: a new signature
     assert c.signature() is not old and not (c.signature() == old)
+
+
+def test_outside_a_pmfast_compile_a_fresh_signature_per_call():
+    constants.install()
+    c = pt.constant(np.arange(5.0))
+    depth = patching._state.depth
+    patching._state.depth = 0  # leave the fixture's scope for this check
+    try:
+        assert c.signature() is not c.signature()
+    finally:
+        patching._state.depth = depth

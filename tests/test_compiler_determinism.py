@@ -4,7 +4,7 @@ import pytensor.tensor as pt
 from pytensor.graph.basic import equal_computations
 from pytensor.tensor.extra_ops import broadcast_shape
 
-from pmfast.compiler import determinism
+from pmfast.compiler import determinism, patching
 
 
 def _first_length(xs):
@@ -15,10 +15,20 @@ def _first_length(xs):
 
 def test_the_first_unknown_length_is_the_first_arrays():
     determinism.install()
-    for trial in range(40):  # fresh variables at new addresses each time
-        xs = [pt.vector(f"x{trial}_{k}") for k in range(3)]
-        for order in (xs, xs[::-1], [xs[1], xs[0], xs[2]]):
-            assert equal_computations([_first_length(order)], [order[0].shape[0]])
+    with patching.compiling():
+        for trial in range(40):  # fresh variables at new addresses each time
+            xs = [pt.vector(f"x{trial}_{k}") for k in range(3)]
+            for order in (xs, xs[::-1], [xs[1], xs[0], xs[2]]):
+                assert equal_computations([_first_length(order)], [order[0].shape[0]])
+
+
+def test_outside_a_pmfast_compile_the_builtin_set():
+    from pytensor.tensor import extra_ops
+
+    determinism.install()
+    assert type(extra_ops.set()) is set
+    with patching.compiling():
+        assert type(extra_ops.set()) is not set
 
 
 def test_with_a_plain_set_the_order_follows_addresses(monkeypatch):

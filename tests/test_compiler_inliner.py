@@ -8,7 +8,7 @@ import numpy as np
 from numba.core import inline_closurecall
 
 from pmfast import compiler
-from pmfast.compiler import inliner
+from pmfast.compiler import inliner, patching
 
 
 @numba.njit(inline="always")
@@ -46,13 +46,8 @@ def _llvm(dispatcher) -> str:
 def test_same_code_fewer_copies():
     compiler.setup()
     x = np.linspace(-2.0, 3.0, 11)
-    patched = inline_closurecall.InlineWorker.inline_function
-    inline_closurecall.InlineWorker.inline_function = inliner.numba_inline_function
-    try:
-        stock = numba.njit(_caller)
-        want = stock(x)
-    finally:
-        inline_closurecall.InlineWorker.inline_function = patched
+    stock = numba.njit(_caller)  # outside a pmfast compile: numba's own inliner
+    want = stock(x)
 
     copies = []
     deepcopy = copy.deepcopy
@@ -63,10 +58,16 @@ def test_same_code_fewer_copies():
 
     copy.deepcopy = counting
     try:
-        fast = numba.njit(_caller)
-        got = fast(x)
+        outside = numba.njit(_caller)
+        outside(x)
+        outside_copies = list(copies)
+        copies.clear()
+        with patching.compiling():
+            fast = numba.njit(_caller)
+            got = fast(x)
     finally:
         copy.deepcopy = deepcopy
     assert got == want
+    assert "Block" in outside_copies  # outside pmfast's compile numba copies as it always does
     assert "Block" not in copies  # the callee's blocks were not copied
     assert _llvm(fast) == _llvm(stock)

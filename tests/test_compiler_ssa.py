@@ -114,4 +114,4 @@ def test_installed():
     from pmfast import compiler
 
     compiler.setup()
-    assert ssa._run_ssa is fast.run_ssa
+    assert ssa._run_ssa._pmfast_scoped is fast.run_ssa

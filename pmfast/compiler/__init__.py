@@ -26,7 +26,9 @@ numba's SSA reconstruction visit only the blocks that mention each variable;
 cheap; :mod:`~pmfast.compiler.c_code` reads pytensor's C code files once per
 class instead of once per op; :mod:`~pmfast.compiler.constants` builds a tensor
 constant's merge signature once; :mod:`~pmfast.compiler.determinism` makes the
-rewritten graph the same in every process. :func:`setup` installs them all (once per process).
+rewritten graph the same in every process. :func:`setup` installs them all (once per process);
+all but the overloads and the cache hardening act only inside pmfast's compiles
+(:func:`pmfast.compiler.patching.compiling`) and call numba's and pytensor's own code outside them.
 :func:`patches` lists every replacement pmfast makes, with its scope
 (:mod:`~pmfast.compiler.patching`).
 """
@@ -57,11 +59,11 @@ def install_everywhere():
 
     For running the owners' test suites with pmfast's replacements (``tools/owner_tests.py``).
     """
-    from pmfast.compiler import overloads, symbols
+    from pmfast.compiler import overloads, patching, symbols
     from pmfast.loops import deferred
 
     setup()
     deferred.install()
     symbols.define_helpers()
-    with symbols.guarded(), overloads.plain_errors():
+    with patching.compiling(), symbols.guarded(), overloads.plain_errors():
         yield

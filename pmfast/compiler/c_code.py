@@ -12,12 +12,16 @@ are read and split once; later instances get the same source strings and a
 copy of the same sections, exactly what reading them again would give (the
 files are pytensor's own, installed with it). Only a fresh instance (no code
 loaded yet, the ``__init__`` case) uses the memo; anything else goes to
-pytensor's method. Process-wide and idempotent.
+pytensor's method. Compile-scoped: outside a pmfast compile
+(:func:`pmfast.compiler.patching.compiling`) and in other threads every load
+is pytensor's. Idempotent.
 """
 
 from __future__ import annotations
 
 import functools
+
+from pmfast.compiler.patching import active
 
 _memo: dict = {}
 
@@ -33,7 +37,7 @@ def install() -> None:
     @functools.wraps(original)
     def load_c_code(self, func_files) -> None:
         files = tuple(func_files)
-        if self.func_codes or self.code_sections:
+        if not active() or self.func_codes or self.code_sections:
             return original(self, files)
         key = (type(self), files)  # relative paths resolve next to the class's module
         hit = _memo.get(key)

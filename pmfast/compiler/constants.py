@@ -12,12 +12,16 @@ and summed per warm compile of irt_2pl (~25 ms).
 the constant's ``type`` and ``data`` are the same objects, so its cached sum
 and NaN mask are computed once per constant. A constant's data is never
 changed in place (pytensor caches its ``unique_value`` the same way); a new
-``data`` or ``type`` object gets a new signature. Process-wide and idempotent.
+``data`` or ``type`` object gets a new signature. Compile-scoped: outside a
+pmfast compile (:func:`pmfast.compiler.patching.compiling`) and in other threads
+every call is pytensor's (a fresh signature). Idempotent.
 """
 
 from __future__ import annotations
 
 import functools
+
+from pmfast.compiler.patching import active
 
 
 def install() -> None:
@@ -30,6 +34,8 @@ def install() -> None:
 
     @functools.wraps(original)
     def signature(self):
+        if not active():
+            return original(self)
         cached = self.__dict__.get("_pmfast_signature")
         if cached is not None and cached[0] is self.type and cached[1] is self.data:
             return cached[2]

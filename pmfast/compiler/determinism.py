@@ -15,16 +15,33 @@ radon_data, wide_additive, the scan models).
 :func:`install` gives that function's module an insertion-ordered set under
 the name ``set`` (pytensor's own ``OrderedSet``; the function's two
 ``set()`` calls are the module's only uses of the name), so the first length
-in the arrays' order is taken, as in every process. Process-wide and
-idempotent.
+in the arrays' order is taken, as in every process. Compile-scoped: outside a
+pmfast compile (:func:`pmfast.compiler.patching.compiling`) and in other
+threads the name gives the builtin ``set``, so a stock ``pytensor.function``
+builds the graph stock builds. Idempotent.
 """
 
 from __future__ import annotations
 
+import builtins
+
+from pmfast.compiler.patching import active
+
+
+def ordered_set(*args):
+    """pytensor's ``OrderedSet`` inside a pmfast compile, the builtin ``set`` outside it."""
+    if active():
+        from pytensor.misc.ordered_set import OrderedSet
+
+        return OrderedSet(*args)
+    return builtins.set(*args)
+
+
+ordered_set._pmfast = True
+
 
 def install() -> None:
-    """Make ``pytensor.tensor.extra_ops.broadcast_shape_iter`` order-stable (see the module docstring)."""
-    from pytensor.misc.ordered_set import OrderedSet
+    """Make ``pytensor.tensor.extra_ops.broadcast_shape_iter`` order-stable in pmfast's compiles (see the module docstring)."""
     from pytensor.tensor import extra_ops
 
-    extra_ops.set = OrderedSet
+    extra_ops.set = ordered_set

@@ -11,7 +11,9 @@ failures: 0.37 of its ~1.2 CPU seconds.
 :func:`install` gives ``pytensor.graph.features`` an ``inspect`` whose
 ``getframeinfo`` reads the name, file and line from the frame itself and
 leaves the source context empty; ``validate_`` uses only the function name.
-Everything else is the real ``inspect``. Process-wide and idempotent.
+Everything else is the real ``inspect``. Compile-scoped: outside a pmfast
+compile (:func:`pmfast.compiler.patching.compiling`) and in other threads,
+``getframeinfo`` is the real one. Idempotent.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from __future__ import annotations
 import inspect
 import types
 
+from pmfast.compiler.patching import active
+
 
 def getframeinfo(frame, context=1):
-    """``inspect.getframeinfo`` without the source lookup (no ``code_context``)."""
-    if inspect.istraceback(frame):
+    """``inspect.getframeinfo`` without the source lookup (no ``code_context``) inside a pmfast compile."""
+    if not active() or inspect.istraceback(frame):
         return inspect.getframeinfo(frame, context)
     return inspect.Traceback(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None)
 

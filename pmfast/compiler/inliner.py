@@ -16,22 +16,29 @@ free variables keep their values (numba's ``__deepcopy__`` doesn't copy them)
 and its per-block copies of the callee's scope compare equal to the one scope
 they came from (``inline_ir`` asserts there is one), whose variables are
 renamed into the caller's scope either way.
+
+Compile-scoped: outside a pmfast compile (:func:`pmfast.compiler.patching.compiling`)
+and in every other thread, ``inline_function`` is numba's own and the module's
+``copy.deepcopy`` copies (the skip flag is per thread).
 """
 
 from __future__ import annotations
 
 import copy
+import threading
 import types
 
+from pmfast.compiler.patching import scoped
+
 _installed = False
-_skip = [False]
+_skip = threading.local()
 #: numba's own ``InlineWorker.inline_function`` (set by :func:`install`).
 numba_inline_function = None
 
 
 def _deepcopy(obj, memo=None):
     """``copy.deepcopy``, except while :func:`install`'s ``inline_function`` runs: the object itself."""
-    return obj if _skip[0] else copy.deepcopy(obj, memo)
+    return obj if getattr(_skip, "on", False) else copy.deepcopy(obj, memo)
 
 
 def install() -> None:
@@ -50,12 +57,11 @@ def install() -> None:
     def inline_function(self, caller_ir, block, i, function, arg_typs=None):
         callee_ir = self.run_untyped_passes(function)
         freevars = function.__code__.co_freevars
-        _skip[0] = True
+        _skip.on = True
         try:
             return self.inline_ir(caller_ir, block, i, callee_ir, freevars, arg_typs=arg_typs)
         finally:
-            _skip[0] = False
+            _skip.on = False
 
-    inline_function.__doc__ = numba_inline_function.__doc__
-    inline_closurecall.InlineWorker.inline_function = inline_function
+    inline_closurecall.InlineWorker.inline_function = scoped(numba_inline_function, inline_function)
     _installed = True

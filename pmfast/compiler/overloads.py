@@ -19,7 +19,13 @@ compiled with ``cache=True``: once per machine, not once per process. So is
 numba's array allocator (``Array._allocate``, which every new array calls),
 whose implementation numba wrote as a closure: here the same code as a
 module-level function. Process-wide and
-idempotent; :data:`VERSION` goes into every cache key pmfast writes.
+idempotent: a lowering registered with numba's CPU target is found by every
+later compile, the user's included, and numba has no way to unregister one
+(and a function already typed against it keeps it); scoping it would also make
+a user's function compiled inside and outside a pmfast compile differ. The
+replacement raises the same exception class with the same message, which
+numba's own ``test_array_manipulation``/``test_exceptions``/``test_array_constants``
+check (``tools/owner_tests.py``); :data:`VERSION` goes into every cache key pmfast writes.
 
 :func:`plain_errors` is a context for pmfast's compiles: numba formats an
 error message for every typing attempt that fails on the way to the one

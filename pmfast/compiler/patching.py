@@ -4,9 +4,12 @@ Each :class:`Patch` names what it replaces (``module:qualified.name``), the pmfa
 holds the replacement and argues it equivalent, why it exists, its scope, and the tests of the
 owner's suite that cover the replaced area:
 
-* ``compile``: active only inside a pmfast compile (a context manager entered by
-  :func:`pmfast.nutpie_glue.compile_numba` and :func:`~pmfast.nutpie_glue.logp_kernel`) and
-  restored on the way out, exceptions included;
+* ``compile``: active only inside a pmfast compile and restored on the way out, exceptions
+  included: :func:`compiling` (entered by :func:`pmfast.nutpie_glue.compile_numba`,
+  :func:`~pmfast.nutpie_glue.logp_kernel`, :func:`pmfast.logp_dlogp_function` and pmfast's
+  linker, including the lazy first-call compile of the graph functions it makes) counts a
+  thread-local depth; the replacement, installed once, calls the original whenever that depth is
+  0 (other threads, the user's own compiles), see :func:`scoped`;
 * ``self-limiting``: installed once, but acts only on objects pmfast made (a library pmfast
   marked, a dispatcher pmfast registered) and calls the original for everything else;
 * ``enabled``: between ``pmfast.enable()`` and ``pmfast.disable()`` (the plugin), restored after;
@@ -22,8 +25,49 @@ same table (a test keeps the two equal).
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import threading
 from dataclasses import dataclass
+
+_state = threading.local()
+
+
+def active() -> bool:
+    """Whether this thread is inside a pmfast compile (:func:`compiling`).
+
+    A ``compile``-scoped replacement is installed once and asks this on every call: outside a
+    pmfast compile, and in every other thread, it calls the original. Nothing is installed or
+    removed while another thread may be compiling, so there is no install/uninstall race.
+    """
+    return getattr(_state, "depth", 0) > 0
+
+
+@contextlib.contextmanager
+def compiling():
+    """The ``compile`` scope: this thread's pmfast compile, nested entries counted, left on any exit."""
+    _state.depth = getattr(_state, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _state.depth -= 1
+
+
+def scoped(original, replacement):
+    """A function calling ``replacement`` inside :func:`compiling` and ``original`` outside it."""
+
+    def dispatch(*args, **kwargs):
+        if active():
+            return replacement(*args, **kwargs)
+        return original(*args, **kwargs)
+
+    dispatch.__name__ = getattr(original, "__name__", "dispatch")
+    dispatch.__qualname__ = getattr(original, "__qualname__", dispatch.__name__)
+    dispatch.__doc__ = getattr(original, "__doc__", None)
+    dispatch.__wrapped__ = original
+    dispatch._pmfast = True
+    dispatch._pmfast_scoped = replacement
+    return dispatch
 
 
 @dataclass(frozen=True)
@@ -51,14 +95,14 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "numba.np.arrayobj:raise_with_shape_context",
         "pmfast.compiler.overloads",
-        "the slice-assignment error path's message formatting was ~5 s of every cold compile; cached on disk",
+        "the slice-assignment error path's message formatting was ~5 s of every cold compile; cached on disk (process-wide: a lowering registered with numba's target is typed into every later function and cannot be unregistered; same message, same exception class)",
         "process",
         _NUMBA_OVERLOADS,
     ),
     Patch(
         "numba.np.arrayobj:_ol_array_allocate",
         "pmfast.compiler.overloads",
-        "the array allocator's overload, compiled in every process, cached on disk instead",
+        "the array allocator's overload, compiled in every process, cached on disk instead (process-wide: an overload numba has typed into user code stays there; the same code)",
         "process",
         _NUMBA_OVERLOADS,
     ),
@@ -66,21 +110,21 @@ PATCHES: tuple[Patch, ...] = (
         "numba.core.base:BaseContext.subtarget",
         "pmfast.compiler.subroutines",
         "internal subroutines (np.sum) memoised per fast-math flags: an entry's rounding does not depend on what the process compiled before",
-        "process",
+        "compile",
         ("numba.tests.test_dispatcher", "numba.tests.test_array_manipulation"),
     ),
     Patch(
         "numba.core.ssa:_run_ssa",
         "pmfast.compiler.ssa",
         "SSA reconstruction visits only the blocks that mention each variable (~10% of a used machine's compile)",
-        "process",
+        "compile",
         ("numba.tests.test_ssa",),
     ),
     Patch(
         "numba.core.inline_closurecall:InlineWorker.inline_function",
         "pmfast.compiler.inliner",
         "inlining without two deep copies of the callee's fresh IR (~7% of a used machine's compile)",
-        "process",
+        "compile",
         ("numba.tests.test_ir_inlining", "numba.tests.test_inlining"),
     ),
     Patch(
@@ -114,7 +158,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "llvmlite.binding:add_symbol (__powidf2, __powisf2)",
         "pmfast.compiler.symbols",
-        "fast-math pow of an integer (llvm.powi) calls the compiler runtime, which numba's JIT does not resolve",
+        "fast-math pow of an integer (llvm.powi) calls the compiler runtime, which numba's JIT does not resolve (process-wide: a symbol added to LLVM's JIT cannot be removed; it only defines what was undefined)",
         "process",
         ("tests/link/numba/test_scalar.py::test_power_fastmath_bug",),
     ),
@@ -129,28 +173,28 @@ PATCHES: tuple[Patch, ...] = (
         "pytensor.tensor.extra_ops:set",
         "pmfast.compiler.determinism",
         "broadcast_shape_iter picks among equal lengths in a stable order, not by memory address: one graph in every process",
-        "process",
+        "compile",
         ("tests/link/numba/", "tests/tensor/test_extra_ops.py"),
     ),
     Patch(
         "pytensor.graph.features:inspect",
         "pmfast.compiler.frames",
         "a failed graph validation's caller lookup without reading source files (~40 ms each)",
-        "process",
+        "compile",
         ("tests/link/numba/", "tests/graph/test_features.py"),
     ),
     Patch(
         "pytensor.link.c.op:ExternalCOp.load_c_code",
         "pmfast.compiler.c_code",
         "C code files read once per class, not once per op instance (the numba backend never uses them)",
-        "process",
+        "compile",
         ("tests/link/numba/", "tests/link/c/test_op.py"),
     ),
     Patch(
         "pytensor.tensor.variable:TensorConstant.signature",
         "pmfast.compiler.constants",
         "a constant's merge signature built once per constant, not once per comparison",
-        "process",
+        "compile",
         ("tests/link/numba/", "tests/tensor/test_var.py"),
     ),
     Patch(

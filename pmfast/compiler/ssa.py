@@ -20,6 +20,11 @@ mentioning a variable are indexed once: fixing one variable only renames that
 variable's definitions and uses and adds phis of its new names, so the index
 of every other variable stays right. The IR produced is the same object
 graph numba's would be (``tests/test_compiler_ssa.py`` compares the IR dumps).
+
+Compile-scoped: :func:`install` puts a dispatcher at ``numba.core.ssa._run_ssa``
+that runs :func:`run_ssa` inside a pmfast compile
+(:func:`pmfast.compiler.patching.compiling`) and numba's own function outside
+it and in every other thread.
 """
 
 from __future__ import annotations
@@ -114,11 +119,13 @@ def run_ssa(blocks):
 
 
 def install() -> None:
-    """Make numba's SSA reconstruction use :func:`run_ssa` (once per process)."""
+    """Make numba's SSA reconstruction use :func:`run_ssa` inside pmfast's compiles (installed once per process)."""
     global _installed
     if _installed:
         return
     from numba.core import ssa
 
-    ssa._run_ssa = run_ssa
+    from pmfast.compiler.patching import scoped
+
+    ssa._run_ssa = scoped(ssa._run_ssa, run_ssa)
     _installed = True

@@ -17,12 +17,25 @@ model with pytensor first: the same seed gave different draws.
 contexts with equal flags still share one, so nothing is compiled more than
 once per set of flags. Memos filled before :func:`install` are left to the
 contexts that held them and never reached from a later compile.
+
+Compile-scoped and private: only contexts derived inside a pmfast compile
+(:func:`pmfast.compiler.patching.compiling`, this thread) get a per-flags memo,
+and those memos live in this module (keyed by the parent memo), never inside
+numba's dict; a user's compile derives its context exactly as numba does and
+shares numba's memo with the user's other compiles only.
 """
 
 from __future__ import annotations
 
-#: Where a memo keeps the per-flags memos of its family (never a numba key: those are tuples).
-_FAMILY = object()
+import threading
+
+from pmfast.compiler.patching import active
+
+#: Per parent memo (by ``id``, with the memo kept alive beside it): its family of per-flags memos.
+_families: dict[int, tuple[dict, dict]] = {}
+#: The memos pmfast made (by ``id``): a context derived from one stays in its family.
+_members: dict[int, tuple[dict, dict]] = {}
+_lock = threading.Lock()
 
 _installed = False
 
@@ -34,12 +47,22 @@ def flags_key(fastmath) -> frozenset:
 
 
 def _memo_for(parent: dict, fastmath) -> dict:
-    """The memo of ``fastmath`` in the family of ``parent`` (created on first use)."""
-    family = parent.setdefault(_FAMILY, {})
-    key = flags_key(fastmath)
-    if key not in family:
-        family[key] = {_FAMILY: family}
-    return family[key]
+    """The memo of ``fastmath`` in the family of ``parent`` (created on first use; pmfast-private)."""
+    with _lock:
+        member = _members.get(id(parent))
+        if member is not None and member[0] is parent:
+            family = member[1]
+        else:
+            entry = _families.get(id(parent))
+            if entry is None or entry[0] is not parent:
+                entry = _families[id(parent)] = (parent, {})
+            family = entry[1]
+        key = flags_key(fastmath)
+        memo = family.get(key)
+        if memo is None:
+            memo = family[key] = {}
+            _members[id(memo)] = (memo, family)
+        return memo
 
 
 def install() -> None:
@@ -53,10 +76,11 @@ def install() -> None:
 
     def subtarget(self, **kws):
         obj = numba_subtarget(self, **kws)
-        if obj.cached_internal_func is self.cached_internal_func:
+        if active() and obj.cached_internal_func is self.cached_internal_func:
             obj.cached_internal_func = _memo_for(self.cached_internal_func, obj.fastmath)
         return obj
 
     subtarget.__doc__ = numba_subtarget.__doc__
+    subtarget.__wrapped__ = numba_subtarget
     BaseContext.subtarget = subtarget
     _installed = True
