@@ -57,7 +57,9 @@ import hashlib
 
 import numpy as np
 
+from pmfast.compiler import raisers
 from pmfast.compiler.arity import MAX_ARITY
+from pmfast.compiler.raisers import SpecifyShapeError  # noqa: F401  (raised by the jitted check)
 
 #: Bump when an implementation here changes (part of its cache key).
 VERSION = 9
@@ -65,16 +67,6 @@ VERSION = 9
 #: A Composite's core inlines its scalar op functions up to this many statements, and calls them
 #: beyond (see :func:`_scalar_code`).
 CORE_INLINE_MAX = 64
-
-
-class SpecifyShapeError(AssertionError):
-    """pytensor's ``SpecifyShape`` check failure; numba raises it with ``(dim, actual, expected)``."""
-
-    def __init__(self, *args):
-        if len(args) == 3 and not isinstance(args[0], str):
-            dim, actual, expected = args
-            args = (f"SpecifyShape: dim {dim} of input has shape {actual}, expected {expected}.",)
-        super().__init__(*args)
 
 
 def _specify_shape_fail():
@@ -85,8 +77,6 @@ def _specify_shape_fail():
     arguments and an entry inlines them (:mod:`pmfast.compiler.inline`), instead of compiling a
     ``specify_shape`` per model and signature (~0.05 CPU s on a used machine).
     """
-    from pmfast.compiler import raisers
-
     return raisers.shape_fail()
 
 

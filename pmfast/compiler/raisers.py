@@ -9,12 +9,33 @@ per machine by the first model with either op and loaded from numba's cache
 by every later process (stoch_vol, the only zoo model that splits, finds it
 compiled by the models that specify shapes; a raiser of its own cost it
 ~0.04 CPU s on a used machine).
+
+The exceptions are defined here, below the two op implementations that raise
+them (:mod:`pmfast.compiler.ops`, :mod:`pmfast.compiler.split` re-export them).
 """
 
 from __future__ import annotations
 
-from pmfast.compiler.ops import SpecifyShapeError
-from pmfast.compiler.split import SplitSizeError
+
+class SpecifyShapeError(AssertionError):
+    """pytensor's ``SpecifyShape`` check failure; numba raises it with ``(dim, actual, expected)``."""
+
+    def __init__(self, *args):
+        if len(args) == 3 and not isinstance(args[0], str):
+            dim, actual, expected = args
+            args = (f"SpecifyShape: dim {dim} of input has shape {actual}, expected {expected}.",)
+        super().__init__(*args)
+
+
+class SplitSizeError(ValueError):
+    """pytensor's ``Split`` size mismatch; numba raises it with ``(sum of sizes, length of the axis)``."""
+
+    def __init__(self, *args):
+        if len(args) == 2 and not isinstance(args[0], str):
+            total, expected = args
+            args = (f"Split sizes sum to {total}; expected {expected}",)
+        super().__init__(*args)
+
 
 #: ``kind`` of a failed ``SpecifyShape`` check: ``(dim, actual, expected)``.
 SPECIFY_SHAPE = 0

@@ -30,18 +30,11 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
+from pmfast.compiler import raisers
+from pmfast.compiler.raisers import SplitSizeError  # noqa: F401  (raised by the jitted check)
+
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 2
-
-
-class SplitSizeError(ValueError):
-    """pytensor's ``Split`` size mismatch; numba raises it with ``(sum of sizes, length of the axis)``."""
-
-    def __init__(self, *args):
-        if len(args) == 2 and not isinstance(args[0], str):
-            total, expected = args
-            args = (f"Split sizes sum to {total}; expected {expected}",)
-        super().__init__(*args)
 
 
 def view_layout(ary, axis: int) -> str:
@@ -133,7 +126,5 @@ def funcify(op, node):
         return None
     src = split_source(node.inputs[0].ndim, axis, op.len_splits)
     key = "pmfast_split_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
-    from pmfast.compiler import raisers
-
     env = {"_pm_fail": raisers.shape_fail(), "_pm_slice": slice_axis, "_pm_i64": np.int64, "__name__": __name__}
     return numba_njit(compile_numba_function_src(src, "split", env, env)), key

@@ -95,6 +95,3 @@ class IndexedElemwise(Op):
     def __str__(self) -> str:
         return f"IndexedElemwise{{{self.loop.short()}}}"
 
-
-# registers the numba funcify of IndexedElemwise (dispatch imports this module: the class exists by now)
-from pmfast.loops import dispatch as _dispatch  # noqa: E402, F401
