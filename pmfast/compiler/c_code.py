@@ -50,4 +50,5 @@ def install() -> None:
         self.code_sections.update(sections)
 
     load_c_code._pmfast = True
+    load_c_code._pmfast_scoped = True
     ExternalCOp.load_c_code = load_c_code

@@ -44,4 +44,5 @@ def install() -> None:
         return sig
 
     signature._pmfast = True
+    signature._pmfast_scoped = True
     TensorConstant.signature = signature

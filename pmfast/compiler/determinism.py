@@ -38,6 +38,7 @@ def ordered_set(*args):
 
 
 ordered_set._pmfast = True
+ordered_set._pmfast_scoped = True
 
 
 def install() -> None:

@@ -41,4 +41,5 @@ def install() -> None:
     shim.__dict__.update(inspect.__dict__)
     shim.getframeinfo = getframeinfo
     shim._pmfast = True
+    shim._pmfast_scoped = True
     features.inspect = shim

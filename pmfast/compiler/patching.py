@@ -66,7 +66,7 @@ def scoped(original, replacement):
     dispatch.__doc__ = getattr(original, "__doc__", None)
     dispatch.__wrapped__ = original
     dispatch._pmfast = True
-    dispatch._pmfast_scoped = replacement
+    dispatch._pmfast_scoped = replacement  #: every compile-scoped replacement that asks :func:`active` has it
     return dispatch
 
 

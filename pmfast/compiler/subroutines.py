@@ -82,5 +82,6 @@ def install() -> None:
 
     subtarget.__doc__ = numba_subtarget.__doc__
     subtarget.__wrapped__ = numba_subtarget
+    subtarget._pmfast_scoped = True
     BaseContext.subtarget = subtarget
     _installed = True
