@@ -1,6 +1,13 @@
 """Where a compile's seconds go: per stage, per numba function, per numba phase (typing, lowering, LLVM).
 
-    python bench/compile_profile.py MODEL [--side pmfast|stock] [--passes all] [--warm-cache DIR] [--top 25]
+    python bench/compile_profile.py MODEL [MODEL ...] [--side pmfast|stock] [--passes all] [--top 25]
+        [--catalogue DIR]
+
+With several models (e.g. ``wide_additive:n=20 wide_additive:n=80 wide_additive:n=320``)
+it also prints a table of stage seconds, logp graph nodes and peak RSS per model
+and the growth exponent of each stage in the node count (least squares on logs).
+``--catalogue DIR`` resolves a bare NAME to ``DIR/models/NAME.py`` (loaded from
+that path at bench time, never copied).
 
 Runs the compile in a fresh process with an empty pytensor/numba cache (or
 ``--cache DIR``), records numba's compiler events and LLVM's lock (every
@@ -169,12 +176,67 @@ def worker(model_spec, side, passes, top):
     out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "timings": timings}
     out.update(rec.summary(top))
     out["n_dim"] = int(compiled.n_dim)
+    out["nodes"] = logp_nodes(model)
+    from pmfast.bench import peak_rss_mb
+
+    out["peak_rss_mb"] = peak_rss_mb()
     return out
+
+
+def logp_nodes(model) -> int:
+    """Apply nodes of the model's (unrewritten) logp graph: the size measure for growth fits."""
+    from pytensor.graph.traversal import applys_between
+
+    return sum(1 for _ in applys_between(model.value_vars, [model.logp()]))
+
+
+def resolve(spec: str, catalogue: str | None) -> str:
+    """A bare catalogue model name -> its file under ``catalogue/models`` (zoo specs pass through)."""
+    if catalogue and os.path.exists(os.path.join(catalogue, "models", spec.split(":")[0] + ".py")):
+        name, _, rest = spec.partition(":")
+        return os.path.join(catalogue, "models", name + ".py") + (":" + rest if rest else "")
+    return spec
+
+
+def exponent(xs, ys) -> float:
+    """Slope of log(y) on log(x): the growth exponent (nan with fewer than two usable points)."""
+    import math
+
+    pts = [(math.log(x), math.log(y)) for x, y in zip(xs, ys) if x > 0 and y > 1e-3]
+    if len(pts) < 2 or len({p[0] for p in pts}) < 2:
+        return float("nan")
+    mx = sum(p[0] for p in pts) / len(pts)
+    my = sum(p[1] for p in pts) / len(pts)
+    return sum((a - mx) * (b - my) for a, b in pts) / sum((a - mx) ** 2 for a, _ in pts)
+
+
+def stages(r) -> dict:
+    """Seconds per stage of one profile: pmfast's own stages, numba phases and LLVM steps."""
+    out = {"wall": r["wall"], "cpu": r["cpu"]}
+    out.update({f"stage:{k}": v for k, v in r["timings"].items()})
+    out.update({f"numba:{k}": v for k, v in r["by_phase"].items()})
+    out.update({f"llvm:{k}": v for k, v in r["llvm_steps"].items()})
+    out["llvm:total"] = r["llvm_total"]
+    return out
+
+
+def growth_table(specs, results) -> None:
+    """Print stage seconds per model (columns) and each stage's growth exponent in logp nodes."""
+    per = [stages(r) for r in results]
+    keys = sorted({k for p in per for k in p}, key=lambda k: -max(p.get(k, 0) for p in per))
+    nodes = [r["nodes"] for r in results]
+    print(f"  {'':<40}" + "".join(f"{os.path.basename(s)[-14:]:>15}" for s in specs) + f"{'exponent':>10}")
+    print(f"  {'logp nodes':<40}" + "".join(f"{n:>15}" for n in nodes))
+    print(f"  {'peak RSS MB':<40}" + "".join(f"{r['peak_rss_mb']:>15.0f}" for r in results))
+    for k in keys:
+        ys = [p.get(k, 0.0) for p in per]
+        print(f"  {k[:40]:<40}" + "".join(f"{y:>15.2f}" for y in ys) + f"{exponent(nodes, ys):>10.2f}")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
+    ap.add_argument("model", nargs="+")
+    ap.add_argument("--catalogue", help="pymc-model-catalogue checkout: bare names load DIR/models/NAME.py")
     ap.add_argument("--side", default="pmfast", choices=("pmfast", "stock"))
     ap.add_argument("--passes", default="all")
     ap.add_argument("--cache", help="compile directory to use (default: a fresh empty one)")
@@ -183,17 +245,29 @@ def main(argv=None):
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.model, args.side, args.passes, args.top)))
+        print(json.dumps(worker(args.model[0], args.side, args.passes, args.top)))
         return
+    specs = [resolve(m, args.catalogue) for m in args.model]
+    results = [profile_one(spec, args) for spec in specs]
+    if len(specs) > 1:
+        growth_table(specs, results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(dict(zip(specs, results)), f, indent=1)
+
+
+def profile_one(spec, args) -> dict:
+    """Profile one model in a fresh process with a fresh (or the given) cache; print its breakdown."""
     with tempfile.TemporaryDirectory(prefix="pmfast-profile-") as d:
         cache = args.cache or d
         env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": os.path.join(cache, "numba-cache")}
-        cmd = [sys.executable, __file__, args.model, "--side", args.side, "--passes", args.passes, "--top", str(args.top), "--worker"]
+        cmd = [sys.executable, __file__, spec, "--side", args.side, "--passes", args.passes, "--top", str(args.top), "--worker"]
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode:
         sys.exit(res.stderr)
     r = json.loads(res.stdout.strip().splitlines()[-1])
-    print(f"{args.model} ({args.side}): wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s, n_dim {r['n_dim']}")
+    print(f"{spec} ({args.side}): wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s, n_dim {r['n_dim']}, "
+          f"logp nodes {r['nodes']}, peak RSS {r['peak_rss_mb']:.0f} MB")
     for k, v in r["timings"].items():
         print(f"  stage {k:<36}{v:7.2f}")
     print(f"  numba functions compiled: {r['n_functions']}; cache loads {r['n_cache_loads']} ({r['cache_load_total']:.2f} s)")
@@ -205,9 +279,7 @@ def main(argv=None):
     print(f"  {'function':<60}{'total':>7}{'typing':>8}{'lower':>8}{'llvm':>7}")
     for row in r["top"]:
         print(f"  {row['func'][:60]:<60}{row['total']:7.2f}{row.get('typing', 0):8.2f}{row.get('lowering', 0):8.2f}{row['llvm']:7.2f}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=1)
+    return r
 
 
 if __name__ == "__main__":

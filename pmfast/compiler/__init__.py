@@ -27,7 +27,13 @@ cheap; :mod:`~pmfast.compiler.c_code` reads pytensor's C code files once per
 class instead of once per op; :mod:`~pmfast.compiler.constants` builds a tensor
 constant's merge signature once; :mod:`~pmfast.compiler.determinism` makes the
 rewritten graph the same in every process. :func:`setup` installs them all (once per process).
+:func:`patches` lists every replacement pmfast makes, with its scope
+(:mod:`~pmfast.compiler.patching`).
 """
+
+import contextlib
+
+from pmfast.compiler.patching import patches  # noqa: F401  (the public list)
 
 
 def setup() -> None:
@@ -43,3 +49,19 @@ def setup() -> None:
     c_code.install()
     constants.install()
     determinism.install()
+
+
+@contextlib.contextmanager
+def install_everywhere():
+    """Every patch of :func:`patches` active, compile-scoped ones included, until the block ends.
+
+    For running the owners' test suites with pmfast's replacements (``tools/owner_tests.py``).
+    """
+    from pmfast.compiler import overloads, symbols
+    from pmfast.loops import deferred
+
+    setup()
+    deferred.install()
+    symbols.define_helpers()
+    with symbols.guarded(), overloads.plain_errors():
+        yield

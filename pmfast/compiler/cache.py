@@ -22,6 +22,12 @@
   into one cache both succeed with equal results
   (``tests/test_compile_cache.py``), as do pmfast's forked compiles
   (:mod:`pmfast.compiler.parallel`).
+
+The hardening is self-limiting: it acts only on entries that pytensor's cache
+locator places (:func:`ours`: pmfast's functions and pytensor's own numba
+functions, under pytensor's compile directory); every other numba cache, a
+user's ``@njit(cache=True)`` among them, is loaded and saved by numba's code
+unchanged (no lock files beside it: numba's ``test_caching`` counts them).
 """
 
 from __future__ import annotations
@@ -62,6 +68,13 @@ def _locked(path: str):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def ours(cache) -> bool:
+    """Whether numba's ``cache`` is located by pytensor's cache locator (pmfast's and pytensor's own
+    numba functions, under pytensor's compiledir): the only entries :func:`install`'s hardening touches."""
+    locator = getattr(getattr(cache, "_impl", None), "locator", None)
+    return type(locator).__name__ == "NumbaPyTensorCacheLocator"
+
+
 def install() -> None:
     """Make unreadable cache entries misses and failed saves warnings (once per process)."""
     global _installed
@@ -72,6 +85,8 @@ def install() -> None:
     load, save = Cache.load_overload, Cache.save_overload
 
     def load_overload(self, sig, target_context):
+        if not ours(self):
+            return load(self, sig, target_context)
         try:
             return load(self, sig, target_context)
         except Exception as err:
@@ -85,6 +100,8 @@ def install() -> None:
             return None
 
     def save_overload(self, sig, data):
+        if not ours(self):
+            return save(self, sig, data)
         try:
             with _locked(self._cache_file._index_path + ".lock"):
                 save(self, sig, data)

@@ -1,0 +1,200 @@
+"""Every replacement pmfast makes of numba's, pytensor's or Python's internals, in one list.
+
+Each :class:`Patch` names what it replaces (``module:qualified.name``), the pmfast module that
+holds the replacement and argues it equivalent, why it exists, its scope, and the tests of the
+owner's suite that cover the replaced area:
+
+* ``compile``: active only inside a pmfast compile (a context manager entered by
+  :func:`pmfast.nutpie_glue.compile_numba` and :func:`~pmfast.nutpie_glue.logp_kernel`) and
+  restored on the way out, exceptions included;
+* ``self-limiting``: installed once, but acts only on objects pmfast made (a library pmfast
+  marked, a dispatcher pmfast registered) and calls the original for everything else;
+* ``enabled``: between ``pmfast.enable()`` and ``pmfast.disable()`` (the plugin), restored after;
+* ``bench``: only in the worker processes of pmfast's benchmarks;
+* ``process``: installed on the first pmfast compile and kept: the module's docstring says why it
+  cannot be scoped; the owner tests listed are the proof that nothing else changes
+  (``tools/`` runs them with every patch installed).
+
+This module imports nothing of pmfast's: it is the bottom of the import layering, so any module
+may consult it. ``pmfast.compiler.patches()`` returns :data:`PATCHES`; docs/compile.md shows the
+same table (a test keeps the two equal).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Patch:
+    target: str  #: ``module:qualified.name`` of what is replaced
+    by: str  #: the pmfast module holding the replacement (its docstring argues it equivalent)
+    why: str
+    scope: str  #: one of :data:`SCOPES` (see the module docstring)
+    owner_tests: tuple[str, ...] = ()
+
+    def current(self):
+        """The object now bound at :attr:`target`."""
+        module, _, name = self.target.partition(":")
+        obj = importlib.import_module(module)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+SCOPES = ("compile", "self-limiting", "enabled", "bench", "process")
+
+_NUMBA_OVERLOADS = ("numba.tests.test_array_manipulation", "numba.tests.test_exceptions", "numba.tests.test_array_constants")
+
+PATCHES: tuple[Patch, ...] = (
+    Patch(
+        "numba.np.arrayobj:raise_with_shape_context",
+        "pmfast.compiler.overloads",
+        "the slice-assignment error path's message formatting was ~5 s of every cold compile; cached on disk",
+        "process",
+        _NUMBA_OVERLOADS,
+    ),
+    Patch(
+        "numba.np.arrayobj:_ol_array_allocate",
+        "pmfast.compiler.overloads",
+        "the array allocator's overload, compiled in every process, cached on disk instead",
+        "process",
+        _NUMBA_OVERLOADS,
+    ),
+    Patch(
+        "numba.core.base:BaseContext.subtarget",
+        "pmfast.compiler.subroutines",
+        "internal subroutines (np.sum) memoised per fast-math flags: an entry's rounding does not depend on what the process compiled before",
+        "process",
+        ("numba.tests.test_dispatcher", "numba.tests.test_array_manipulation"),
+    ),
+    Patch(
+        "numba.core.ssa:_run_ssa",
+        "pmfast.compiler.ssa",
+        "SSA reconstruction visits only the blocks that mention each variable (~10% of a used machine's compile)",
+        "process",
+        ("numba.tests.test_ssa",),
+    ),
+    Patch(
+        "numba.core.inline_closurecall:InlineWorker.inline_function",
+        "pmfast.compiler.inliner",
+        "inlining without two deep copies of the callee's fresh IR (~7% of a used machine's compile)",
+        "process",
+        ("numba.tests.test_ir_inlining", "numba.tests.test_inlining"),
+    ),
+    Patch(
+        "numba.core.caching:Cache.load_overload",
+        "pmfast.compiler.cache",
+        "an unreadable cache entry of pytensor's cache directory is a miss, not an exception from deep inside the dispatcher",
+        "self-limiting",
+        ("numba.tests.test_caching",),
+    ),
+    Patch(
+        "numba.core.caching:Cache.save_overload",
+        "pmfast.compiler.cache",
+        "concurrent writers of one index in pytensor's cache directory serialised by a lock file; a failed save is a warning",
+        "self-limiting",
+        ("numba.tests.test_caching",),
+    ),
+    Patch(
+        "numba.core.codegen:CPUCodeLibrary.finalize",
+        "pmfast.loops.deferred",
+        "links a deferred kernel (compiled in a forked worker) into the library that calls it",
+        "self-limiting",
+        ("numba.tests.test_dispatcher",),
+    ),
+    Patch(
+        "numba.core.codegen:CPUCodeLibrary._verify_declare_only_symbols",
+        "pmfast.compiler.symbols",
+        "a module calling a symbol nobody defines raises UnresolvedSymbolError instead of LLVM aborting the process",
+        "compile",
+        ("numba.tests.test_dispatcher",),
+    ),
+    Patch(
+        "llvmlite.binding:add_symbol (__powidf2, __powisf2)",
+        "pmfast.compiler.symbols",
+        "fast-math pow of an integer (llvm.powi) calls the compiler runtime, which numba's JIT does not resolve",
+        "process",
+        ("tests/link/numba/test_scalar.py::test_power_fastmath_bug",),
+    ),
+    Patch(
+        "numba.core.errors:_termcolor_inst",
+        "pmfast.compiler.overloads",
+        "numba's error messages without terminal colour codes while pmfast compiles",
+        "compile",
+        ("numba.tests.test_exceptions",),
+    ),
+    Patch(
+        "pytensor.tensor.extra_ops:set",
+        "pmfast.compiler.determinism",
+        "broadcast_shape_iter picks among equal lengths in a stable order, not by memory address: one graph in every process",
+        "process",
+        ("tests/link/numba/", "tests/tensor/test_extra_ops.py"),
+    ),
+    Patch(
+        "pytensor.graph.features:inspect",
+        "pmfast.compiler.frames",
+        "a failed graph validation's caller lookup without reading source files (~40 ms each)",
+        "process",
+        ("tests/link/numba/", "tests/graph/test_features.py"),
+    ),
+    Patch(
+        "pytensor.link.c.op:ExternalCOp.load_c_code",
+        "pmfast.compiler.c_code",
+        "C code files read once per class, not once per op instance (the numba backend never uses them)",
+        "process",
+        ("tests/link/numba/", "tests/link/c/test_op.py"),
+    ),
+    Patch(
+        "pytensor.tensor.variable:TensorConstant.signature",
+        "pmfast.compiler.constants",
+        "a constant's merge signature built once per constant, not once per comparison",
+        "process",
+        ("tests/link/numba/", "tests/tensor/test_var.py"),
+    ),
+    Patch(
+        "pytensor.config:traceback__limit",
+        "pmfast.nutpie_glue",
+        "no creation traces for the graphs pymc and nutpie build inside pmfast.compile (a limit the user set is kept)",
+        "compile",
+    ),
+    Patch(
+        "sys.modules:pytensor.link.c.cvm",
+        "pmfast.nutpie_glue",
+        "pytensor's Python VM for the helper functions compiled meanwhile (no C VM build in a new compile directory)",
+        "compile",
+    ),
+    Patch(
+        "nutpie:compile_pymc_model",
+        "pmfast.mode",
+        "the plugin: pm.sample(nuts_sampler=\"nutpie\") compiles through pmfast.compile (other backends go to nutpie's own)",
+        "enabled",
+    ),
+    Patch(
+        "pytensor.link.numba.cache:NUMBA_CACHE_PATH",
+        "pmfast.bench",
+        "a cold benchmark's pytensor numba cache inside its fresh NUMBA_CACHE_DIR",
+        "bench",
+    ),
+    Patch(
+        "gc:set_threshold, gc:freeze",
+        "pmfast.compiler.collector",
+        "the garbage collector's young collections spaced out, older objects frozen, while pmfast compiles",
+        "compile",
+    ),
+)
+
+
+def patches() -> tuple[Patch, ...]:
+    """Every replacement pmfast makes (see the module docstring)."""
+    return PATCHES
+
+
+def markdown_table() -> str:
+    """:data:`PATCHES` as the markdown table docs/compile.md shows."""
+    rows = ["| replaces | by | scope | why | owner tests |", "|---|---|---|---|---|"]
+    for p in PATCHES:
+        tests = ", ".join(f"`{t}`" for t in p.owner_tests) or "—"
+        rows.append(f"| `{p.target}` | `{p.by}` | {p.scope} | {p.why} | {tests} |")
+    return "\n".join(rows)
