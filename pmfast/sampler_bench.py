@@ -41,7 +41,12 @@ class SamplerBenchError(RuntimeError):
 
 def core_models(catalogue: Path) -> list[str]:
     """The continuous models of the catalogue's BENCHMARK_CORE.md, as file paths (``models/<name>.py``)."""
-    text = (Path(catalogue) / "BENCHMARK_CORE.md").read_text()
+    from pmfast.loading import LoadError
+
+    index = Path(catalogue) / "BENCHMARK_CORE.md"
+    if not index.is_file():
+        raise LoadError(f"no BENCHMARK_CORE.md in the catalogue {catalogue}: --core needs it")
+    text = index.read_text()
     names = re.findall(r"`(models/[A-Za-z0-9_]+\.py)`", text)
     return [str(Path(catalogue) / n) for n in dict.fromkeys(names)]
 
@@ -118,7 +123,7 @@ def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed:
         "model": spec,
         "side": side,
         "compile_s": compile_s,
-        "first_run_s": compile_s + wall_first,
+        "first_run_s": compile_s + (wall_first - wall_a) + wall_b,
         "first_call_extra_s": wall_first - wall_a,
         "short": {"tune": short[0], "draws": short[1], "wall_s": wall_a, "steps": steps_a, "first_wall_s": wall_first, "first_steps": steps_first},
         "long": {"tune": tune, "draws": draws, "wall_s": wall_b, "steps": steps_b},
@@ -126,6 +131,31 @@ def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed:
         "startup_s": max(wall_a - per_grad * steps_a, 0.0),
         "posterior": scalar_summary(trace),
     }
+
+
+def check_sides(text) -> tuple:
+    """Sides from a comma list (or a sequence), in the order given; ValueError names an unknown one."""
+    sides = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown or not sides:
+        raise ValueError(f"unknown side {', '.join(map(repr, unknown)) or '(none given)'}; expected a comma list of {', '.join(SIDES)}")
+    return tuple(dict.fromkeys(sides))
+
+
+def catalogue_models(catalogue: Path, names=(), core: bool = False) -> list[str]:
+    """Model files of a catalogue checkout: the core set and/or the named models (``BEST`` or ``models/BEST.py``)."""
+    from pmfast.loading import LoadError
+
+    catalogue = Path(catalogue)
+    if not (catalogue / "models").is_dir():
+        raise LoadError(f"not a model catalogue (no models/ directory): {catalogue}")
+    specs = core_models(catalogue) if core else []
+    for name in names:
+        path = catalogue / name if name.endswith(".py") else catalogue / "models" / f"{name}.py"
+        if not path.is_file():
+            raise LoadError(f"unknown catalogue model {name!r}: no {path}")
+        specs.append(str(path))
+    return list(dict.fromkeys(specs))
 
 
 def agreement(a: dict, b: dict) -> float:
