@@ -3,6 +3,8 @@
 import json
 import math
 
+import numpy as np
+
 import pytest
 from typer.testing import CliRunner
 
@@ -169,3 +171,30 @@ def test_end_to_end_on_a_tiny_model(tmp_path, tiny_model_source):
     assert row["agreement"]["pmfast"] < 5
     assert "| tiny.py | pmfast |" in result.stdout
     assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_first_sample_compiles_nothing(monkeypatch):
+    """The first nutpie.sample of a pmfast-compiled model compiles no numba function (no lazy kernels):
+    what the first call costs beyond later ones is xarray's first DataArray (it imports dask.array to
+    check for duck arrays), which stock pays alike."""
+    import nutpie
+    import xarray
+    from numba.core.dispatcher import Dispatcher
+
+    import pmfast
+    from pmfast.loading import load_model
+
+    model, initial_point = load_model("eight_schools_noncentered")
+    compiled = pmfast.compile(model, initial_points=initial_point)
+    xarray.DataArray(np.zeros(2))
+    compiles = []
+    original = Dispatcher.compile
+
+    def spy(self, sig):
+        compiles.append(self.py_func.__qualname__)
+        return original(self, sig)
+
+    monkeypatch.setattr(Dispatcher, "compile", spy)
+    trace = nutpie.sample(compiled, chains=1, cores=1, tune=20, draws=20, seed=1, progress_bar=False)
+    assert trace.posterior["mu"].shape == (1, 20)
+    assert compiles == [], compiles
