@@ -6,9 +6,14 @@ a short one, a long one, and the short one again. Sampling wall over the sum of 
 draws) mixes the sampler's start-up into the per-gradient figure, so the figure is the difference of the
 long and the second short run's walls over the difference of their step counts; start-up is what the
 second short run spent beyond that, and the first call's extra (once per process: lazily compiled code,
-cache loading) is the first short run's wall less the second's.
+cache loading) is the first short run's wall less the second's. First run = compile + first-call extra +
+the long run: what a first ``nutpie.sample`` of the long run's length costs in a fresh process.
 
-``python -m pmfast.sampler_bench SPEC --side stock|pmfast|jax`` is the worker; it prints JSON.
+The first-call extra is the same on every side (~0.2–0.7 s): xarray's first ``DataArray`` in a process
+imports ``dask.array`` to check for duck arrays. Nothing compiles then (tests/test_sampler_bench.py).
+
+``pmfast bench --sampler`` is the command; ``python -m pmfast.sampler_bench SPEC --side stock|pmfast|jax``
+is the worker, which prints JSON.
 """
 
 from __future__ import annotations
