@@ -55,6 +55,7 @@ def bench_sampler(model_specs, passes, json_out, plot, catalogue, core, names, s
 
     def progress(spec, side):
         done.append(side)
+        console.print(f"[{len(done)}/{len(specs) * len(chosen)}] {Path(spec.partition(':')[0]).stem}: {side}")
         status.update(f"{Path(spec.partition(':')[0]).stem}: {side} ({len(done)} of {len(specs) * len(chosen)}) …")
 
     try:
