@@ -15,7 +15,9 @@ from typing import Annotated, Optional
 
 import typer
 
-from pmfast.cli.report import bench_lines, complete_draws, node_counts, print_summary, write_bench_plot, write_netcdf, write_trace_plot
+from pmfast.cli.report import (
+    bench_lines, complete_draws, node_counts, print_summary, write_bench_plot, write_json, write_netcdf, write_trace_plot,
+)
 from pmfast.loading import check_spec, load_model, one_line
 
 app = typer.Typer(
@@ -183,6 +185,16 @@ def bench(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write all numbers to this JSON file.")] = None,
     plot: Annotated[Optional[Path], typer.Option(help="Write a bar chart PNG of the pmfast/stock ratios.")] = None,
     point: Annotated[str, typer.Option(help="Where kernels are timed: typical (initial point + seeded N(0, 0.3) noise), draw (draws of a short stock nutpie run), or initial.")] = "typical",
+    sampler: Annotated[bool, typer.Option("--sampler", help="Time nutpie.sample instead of the kernels (see below).")] = False,
+    catalogue: Annotated[Optional[Path], typer.Option(help="--sampler: a checkout of the PyMC model catalogue (ricardoV94/pymc-model-catalogue).")] = None,
+    core: Annotated[bool, typer.Option("--core", help="--sampler: the catalogue's core models (BENCHMARK_CORE.md).")] = False,
+    models_: Annotated[Optional[str], typer.Option("--models", help="--sampler: catalogue models, a comma list of names (BEST,ar2).")] = None,
+    sides: Annotated[str, typer.Option(help="--sampler: comma list of stock, pmfast, jax.")] = "stock,pmfast",
+    chains: Annotated[int, typer.Option(help="--sampler: chains (on as many cores).")] = 2,
+    tune: Annotated[int, typer.Option(help="--sampler: tuning draws per chain of the long run.")] = 1000,
+    draws: Annotated[int, typer.Option(help="--sampler: draws per chain of the long run.")] = 1000,
+    short: Annotated[int, typer.Option(help="--sampler: tuning and draws per chain of the short runs.")] = 200,
+    seed: Annotated[int, typer.Option(help="--sampler: random seed, the same for every side.")] = 1,
 ):
     """Compare pmfast against stock nutpie/pytensor per model: compile time, peak RSS, eval time, parity.
 
@@ -193,10 +205,17 @@ def bench(
     the repeats), so load from other jobs hits both sides alike. Ratios are pmfast/stock (below 1 is better).
 
     Without --cold, compile times include what earlier runs left in the caches (the stock side runs first and can warm kernels the pmfast side shares): use --cold (an empty pytensor compiledir and numba cache per side) to compare compile times.
-    """
-    import json
 
+    With --sampler: per model, each side (stock nutpie numba, pmfast, nutpie's JAX backend) in a fresh process with empty caches compiles, then runs nutpie.sample short, long, short with one seed. Per gradient is the difference of the long and the second short run's walls over the difference of their leapfrog steps (warm-up included), times the chains; start-up is the rest of the short run; the first call's extra is the first short run less the second. First run = compile + first call's extra + the long run. Agreement: the largest |Δmean| of the long run's posterior against stock's, in Monte-Carlo standard errors. Prints a markdown table; --json and --plot write the numbers and a chart of per-gradient ratios.
+    """
     from pmfast import bench as measure
+
+    if sampler:
+        from pmfast.cli.sampler import bench_sampler
+
+        return bench_sampler(model_specs, passes, json_out, plot, catalogue, core, models_, sides, chains, tune, draws, short, seed)
+    if catalogue is not None or core or models_ is not None:
+        fail("--catalogue, --core and --models need --sampler")
 
     if repeats < measure.MIN_REPEATS:
         fail(f"--repeats must be at least {measure.MIN_REPEATS}, got {repeats}")
@@ -218,7 +237,7 @@ def bench(
     print_bench(results, means, passes, cold)
     if json_out is not None:
         payload = {"passes": passes, "repeats": repeats, "cold": cold, "point": point, "results": results, "geomean": means}
-        json_out.write_text(json.dumps(payload, indent=2))
+        write_json(payload, json_out)
         console.print(f"wrote {json_out}")
     if plot is not None:
         write_bench_plot(results, means, plot)

@@ -175,3 +175,70 @@ def node_counts(fn) -> dict[str, int]:
     from collections import Counter
 
     return dict(Counter(_op_name(node.op) for node in fn.maker.fgraph.toposort()))
+
+
+SAMPLER_COLUMNS = ("model", "side", "compile s", "per gradient µs (× stock)", "start-up s", "first call +s", "first run s", "agreement")
+
+
+def sampler_table(results, means) -> list[str]:
+    """The sampler bench as markdown lines: one row per model and side, then the geometric means.
+
+    First run = compile + the long run + the first call's extra; agreement = largest |Δmean| of the
+    long run's posterior against stock's, in Monte-Carlo standard errors."""
+    lines = ["| " + " | ".join(SAMPLER_COLUMNS) + " |", "|---|---|" + "---:|" * (len(SAMPLER_COLUMNS) - 2)]
+    for r in results:
+        label = spec_label(r["model"]).removesuffix(":build_model")
+        for side, x in r["sides"].items():
+            ratio = r["ratio"].get(side)
+            grad = _number(x["per_grad_us"]) + (f" ({ratio:.2f}×)" if ratio is not None else "")
+            agree = r["agreement"].get(side)
+            cells = (label, side, f"{x['compile_s']:.1f}", grad, f"{x['startup_s']:.3f}",
+                     f"{x['first_call_extra_s']:.2f}", f"{x['first_run_s']:.1f}", "" if agree is None else f"{agree:.1f}")
+            lines.append("| " + " | ".join(cells) + " |")
+        for side, error in r["errors"].items():
+            lines.append(f"| {label} | {side} | failed: {error} | | | | | |")
+    for side, mean in means.items():
+        lines.append(f"| geometric mean | {side} | | **{mean:.2f}×** | | | | |")
+    return lines
+
+
+def write_sampler_plot(results, means, path: Path) -> None:
+    """Save a bar chart of each side's per-gradient time over stock's, per model (and the geomeans)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    sides = sorted({s for r in results for s in r["ratio"]})
+    labels = [spec_label(r["model"]).removesuffix(":build_model") for r in results] + ["geomean"]
+    x = np.arange(len(labels))
+    width = 0.8 / max(len(sides), 1)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(labels)), 4))
+    for i, side in enumerate(sides):
+        values = [r["ratio"].get(side, np.nan) for r in results] + [means.get(side, np.nan)]
+        ax.bar(x + (i - (len(sides) - 1) / 2) * width, values, width, label=side)
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_xticks(x, labels, rotation=25, ha="right")
+    ax.set_ylabel("per gradient / stock")
+    ax.set_title("time per gradient inside nutpie.sample")
+    if sides:
+        ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_json(payload, path: Path) -> None:
+    """Write ``payload`` as JSON to ``path`` atomically (a temp file beside it, then ``os.replace``)."""
+    import json
+
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(payload, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,266 @@
+"""Per-gradient time inside nutpie's sampler: pmfast against stock nutpie (numba) and nutpie's JAX backend.
+
+Each side of each model runs in its own process with an empty pytensor compiledir and numba cache
+(:func:`pmfast.bench.cold_env`): compile, then two ``nutpie.sample`` runs with the same seed and chains,
+a short one, a long one, and the short one again. Sampling wall over the sum of ``n_steps`` (warmup and
+draws) mixes the sampler's start-up into the per-gradient figure, so the figure is the difference of the
+long and the second short run's walls over the difference of their step counts; start-up is what the
+second short run spent beyond that, and the first call's extra (once per process: lazily compiled code,
+cache loading) is the first short run's wall less the second's. First run = compile + first-call extra +
+the long run: what a first ``nutpie.sample`` of the long run's length costs in a fresh process.
+
+The first-call extra is the same on every side (~0.2–0.7 s): xarray's first ``DataArray`` in a process
+imports ``dask.array`` to check for duck arrays. Nothing compiles then (tests/test_sampler_bench.py).
+
+``pmfast bench --sampler`` is the command; ``python -m pmfast.sampler_bench SPEC --side stock|pmfast|jax``
+is the worker, which prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+SIDES = ("stock", "pmfast", "jax")
+#: Default run lengths: the long run's tune and draws, the short run's tune and draws.
+LONG = (300, 300)
+SHORT = (100, 100)
+#: A side's long run is shortened (fewer draws, never skipped) when the short run predicts more than this.
+BUDGET_S = 120.0
+
+
+class SamplerBenchError(RuntimeError):
+    """A sampler-bench worker failed; the message says which model and side."""
+
+
+def core_models(catalogue: Path) -> list[str]:
+    """The continuous models of the catalogue's BENCHMARK_CORE.md, as file paths (``models/<name>.py``)."""
+    from pmfast.loading import LoadError
+
+    index = Path(catalogue) / "BENCHMARK_CORE.md"
+    if not index.is_file():
+        raise LoadError(f"no BENCHMARK_CORE.md in the catalogue {catalogue}: --core needs it")
+    text = index.read_text()
+    names = re.findall(r"`(models/[A-Za-z0-9_]+\.py)`", text)
+    return [str(Path(catalogue) / n) for n in dict.fromkeys(names)]
+
+
+def compile_side(model, side: str):
+    """Compile ``model`` as that side's user does."""
+    import nutpie
+
+    if side == "stock":
+        return nutpie.compile_pymc_model(model, backend="numba")
+    if side == "jax":
+        return nutpie.compile_pymc_model(model, backend="jax", gradient_backend="jax")
+    if side == "pmfast":
+        import pmfast
+
+        return pmfast.compile(model)
+    raise ValueError(f"unknown side {side!r}; expected one of {', '.join(SIDES)}")
+
+
+def n_steps(trace) -> int:
+    """Sum of leapfrog steps over draws and warmup, all chains."""
+    steps = int(trace.sample_stats["n_steps"].sum())
+    if "warmup_sample_stats" in trace.groups():
+        steps += int(trace.warmup_sample_stats["n_steps"].sum())
+    return steps
+
+
+def timed_sample(compiled, chains: int, tune: int, draws: int, seed: int):
+    """``nutpie.sample`` once: (trace, wall seconds, steps)."""
+    import nutpie
+
+    t0 = time.perf_counter()
+    trace = nutpie.sample(compiled, chains=chains, cores=chains, tune=tune, draws=draws, seed=seed, progress_bar=False)
+    wall = time.perf_counter() - t0
+    return trace, wall, n_steps(trace)
+
+
+def scalar_summary(trace) -> dict:
+    """Per scalar of the posterior: mean, sd and bulk ESS, keyed ``name[i,j]``."""
+    import arviz as az
+
+    ess = az.ess(trace.posterior)
+    out = {}
+    for name, da in trace.posterior.data_vars.items():
+        values = np.asarray(da.values, dtype=float)
+        flat = values.reshape(values.shape[0] * values.shape[1], -1)
+        e = np.asarray(ess[name].values, dtype=float).reshape(-1)
+        for i in range(flat.shape[1]):
+            out[f"{name}[{i}]"] = (float(flat[:, i].mean()), float(flat[:, i].std()), float(e[i]))
+    return out
+
+
+def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float = BUDGET_S) -> dict:
+    """Compile, run the short then the long sample; the per-gradient time and start-up from the two."""
+    from pmfast.loading import load_model
+
+    model, _ = load_model(spec)
+    t0 = time.perf_counter()
+    compiled = compile_side(model, side)
+    compile_s = time.perf_counter() - t0
+    _, wall_first, steps_first = timed_sample(compiled, chains, *short, seed)
+    tune, draws = long
+    estimate = wall_first * (tune + draws) / max(sum(short), 1)
+    if estimate > budget:
+        scale = budget / estimate
+        tune, draws = max(short[0] + 1, int(tune * scale)), max(short[1] + 1, int(draws * scale))
+    trace, wall_b, steps_b = timed_sample(compiled, chains, tune, draws, seed)
+    _, wall_a, steps_a = timed_sample(compiled, chains, *short, seed)
+    if steps_b > steps_a and wall_b > wall_a:
+        per_grad = (wall_b - wall_a) / (steps_b - steps_a)
+    else:
+        per_grad = wall_b / steps_b
+    return {
+        "model": spec,
+        "side": side,
+        "compile_s": compile_s,
+        "first_run_s": compile_s + (wall_first - wall_a) + wall_b,
+        "first_call_extra_s": wall_first - wall_a,
+        "short": {"tune": short[0], "draws": short[1], "wall_s": wall_a, "steps": steps_a, "first_wall_s": wall_first, "first_steps": steps_first},
+        "long": {"tune": tune, "draws": draws, "wall_s": wall_b, "steps": steps_b},
+        "per_grad_us": 1e6 * per_grad * chains,
+        "startup_s": max(wall_a - per_grad * steps_a, 0.0),
+        "posterior": scalar_summary(trace),
+    }
+
+
+def check_sides(text) -> tuple:
+    """Sides from a comma list (or a sequence), in the order given; ValueError names an unknown one."""
+    sides = [s.strip() for s in (text.split(",") if isinstance(text, str) else text) if s.strip()]
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown or not sides:
+        raise ValueError(f"unknown side {', '.join(map(repr, unknown)) or '(none given)'}; expected a comma list of {', '.join(SIDES)}")
+    return tuple(dict.fromkeys(sides))
+
+
+def catalogue_models(catalogue: Path, names=(), core: bool = False) -> list[str]:
+    """Model files of a catalogue checkout: the core set and/or the named models (``BEST`` or ``models/BEST.py``)."""
+    from pmfast.loading import LoadError
+
+    catalogue = Path(catalogue)
+    if not (catalogue / "models").is_dir():
+        raise LoadError(f"not a model catalogue (no models/ directory): {catalogue}")
+    specs = core_models(catalogue) if core else []
+    for name in names:
+        path = catalogue / name if name.endswith(".py") else catalogue / "models" / f"{name}.py"
+        if not path.is_file():
+            raise LoadError(f"unknown catalogue model {name!r}: no {path}")
+        specs.append(str(path))
+    return list(dict.fromkeys(specs))
+
+
+def agreement(a: dict, b: dict) -> float:
+    """Largest |Δmean| / sqrt(sd_a²/ess_a + sd_b²/ess_b) over the scalars both posteriors have (z-score scale)."""
+    worst = 0.0
+    for key in a.keys() & b.keys():
+        (ma, sa, ea), (mb, sb, eb) = a[key], b[key]
+        se = math.sqrt(sa * sa / max(ea, 1.0) + sb * sb / max(eb, 1.0))
+        if se > 0 and math.isfinite(se):
+            worst = max(worst, abs(ma - mb) / se)
+    return worst
+
+
+def worker(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float) -> dict:
+    """:func:`run_side` in a fresh process with fresh caches; the result, or :class:`SamplerBenchError`."""
+    from pmfast.bench import BLAS_ONE_THREAD, cold_env
+
+    cmd = [sys.executable, "-m", "pmfast.sampler_bench", spec, "--side", side, "--chains", str(chains), "--seed", str(seed)]
+    cmd += ["--long", f"{long[0]},{long[1]}", "--short", f"{short[0]},{short[1]}", "--budget", str(budget)]
+    with tempfile.TemporaryDirectory(prefix="pmfast-sampler-") as cache:
+        env = cold_env({**BLAS_ONE_THREAD, **os.environ}, cache)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    lines = proc.stdout.strip().splitlines()
+    try:
+        result = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        result = None
+    if proc.returncode or not isinstance(result, dict) or "error" in result:
+        tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+        msg = result.get("error") if isinstance(result, dict) else None
+        raise SamplerBenchError(f"{Path(spec).name} ({side}): {msg or (tail[-1] if tail else 'worker failed')}")
+    return result
+
+
+def compare(specs, sides=SIDES, chains=1, long=LONG, short=SHORT, seed=0, budget=BUDGET_S, progress=None) -> list[dict]:
+    """Per model, every side in its own fresh process; ratios and posterior agreement against stock."""
+    results = []
+    for spec in specs:
+        row = {"model": spec, "sides": {}, "errors": {}}
+        for side in sides:
+            if progress is not None:
+                progress(spec, side)
+            try:
+                row["sides"][side] = worker(spec, side, chains, long, short, seed, budget)
+            except SamplerBenchError as exc:
+                row["errors"][side] = str(exc)
+        stock = row["sides"].get("stock")
+        row["ratio"], row["agreement"] = {}, {}
+        for side, r in row["sides"].items():
+            if stock is not None and side != "stock":
+                row["ratio"][side] = r["per_grad_us"] / stock["per_grad_us"]
+                row["agreement"][side] = agreement(stock["posterior"], r["posterior"])
+        for r in row["sides"].values():
+            r.pop("posterior")
+        results.append(row)
+    return results
+
+
+def geomean(values) -> float:
+    """Geometric mean of the positive finite values (nan if none)."""
+    v = [x for x in values if x > 0 and math.isfinite(x)]
+    return math.exp(sum(map(math.log, v)) / len(v)) if v else math.nan
+
+
+def geomeans(results) -> dict:
+    """Per non-stock side: geometric mean over models of its per-gradient ratio to stock."""
+    sides = {s for r in results for s in r["ratio"]}
+    return {s: geomean([r["ratio"][s] for r in results if s in r["ratio"]]) for s in sorted(sides)}
+
+
+def _pair(text: str) -> tuple:
+    tune, draws = (int(x) for x in text.split(","))
+    return tune, draws
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m pmfast.sampler_bench", description="One side of a sampler benchmark.")
+    parser.add_argument("model")
+    parser.add_argument("--side", choices=SIDES, default="pmfast")
+    parser.add_argument("--chains", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--long", type=_pair, default=LONG, help="tune,draws of the long run")
+    parser.add_argument("--short", type=_pair, default=SHORT, help="tune,draws of the short run")
+    parser.add_argument("--budget", type=float, default=BUDGET_S)
+    ns = parser.parse_args(argv)
+    stdout = sys.stdout
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            from pmfast.bench import _use_cold_cache
+
+            _use_cold_cache()
+            result = run_side(ns.model, ns.side, ns.chains, ns.long, ns.short, ns.seed, ns.budget)
+    except Exception as exc:
+        from pmfast.loading import one_line
+
+        print(json.dumps({"error": one_line(f"{type(exc).__name__}: {exc}")}), file=stdout)
+        return 1
+    print(json.dumps(result), file=stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,200 @@
+"""The sampler bench (`pmfast bench --sampler`): its pure functions, option checks, and one end-to-end run."""
+
+import json
+import math
+
+import numpy as np
+
+import pytest
+from typer.testing import CliRunner
+
+from pmfast import sampler_bench as sb
+from pmfast.cli.app import app
+from pmfast.cli.report import sampler_table, write_json, write_sampler_plot
+
+runner = CliRunner()
+
+
+def side(per_grad, posterior=None, compile_s=1.0):
+    return {
+        "compile_s": compile_s, "per_grad_us": per_grad, "startup_s": 0.01, "first_call_extra_s": 0.2,
+        "first_run_s": compile_s + 1.0, "posterior": posterior or {"mu[0]": (0.0, 1.0, 400.0)},
+    }
+
+
+@pytest.fixture
+def fake_workers(monkeypatch):
+    """Workers answering from a table instead of processes: {(model, side): per-gradient µs or an error}."""
+    table = {}
+
+    def worker(spec, s, *args):
+        value = table[spec, s]
+        if isinstance(value, str):
+            raise sb.SamplerBenchError(value)
+        return side(*value) if isinstance(value, tuple) else side(value)
+
+    monkeypatch.setattr(sb, "worker", worker)
+    return table
+
+
+def test_agreement_is_in_monte_carlo_standard_errors():
+    a = {"x[0]": (0.0, 1.0, 100.0), "y[0]": (5.0, 2.0, 400.0)}
+    b = {"x[0]": (0.3, 1.0, 100.0), "y[0]": (5.0, 2.0, 400.0), "only_b[0]": (9.0, 1.0, 10.0)}
+    assert sb.agreement(a, b) == pytest.approx(0.3 / math.sqrt(2 / 100))
+    assert sb.agreement(a, a) == 0.0
+
+
+def test_agreement_ignores_constant_scalars():
+    a = {"c[0]": (1.0, 0.0, 1.0)}
+    assert sb.agreement(a, {"c[0]": (2.0, 0.0, 1.0)}) == 0.0
+
+
+def test_compare_ratios_and_agreement_against_stock(fake_workers):
+    fake_workers.update({("m", "stock"): 100.0, ("m", "pmfast"): 50.0, ("m", "jax"): "jax exploded"})
+    (row,) = sb.compare(["m"], sides=("stock", "pmfast", "jax"))
+    assert row["ratio"] == {"pmfast": 0.5}
+    assert row["agreement"] == {"pmfast": 0.0}
+    assert row["errors"] == {"jax": "jax exploded"}
+    assert all("posterior" not in r for r in row["sides"].values())
+
+
+def test_compare_without_stock_has_no_ratios(fake_workers):
+    fake_workers.update({("m", "pmfast"): 50.0})
+    (row,) = sb.compare(["m"], sides=("pmfast",))
+    assert row["ratio"] == {} and row["agreement"] == {}
+
+
+def test_geomeans_per_side():
+    results = [{"ratio": {"pmfast": 0.5, "jax": 2.0}}, {"ratio": {"pmfast": 2.0}}, {"ratio": {"pmfast": 0.125}}]
+    means = sb.geomeans(results)
+    assert means["pmfast"] == pytest.approx(0.5)
+    assert means["jax"] == pytest.approx(2.0)
+    assert math.isnan(sb.geomean([]))
+
+
+def test_check_sides():
+    assert sb.check_sides("pmfast, stock,pmfast") == ("pmfast", "stock")
+    with pytest.raises(ValueError, match="'numpy'"):
+        sb.check_sides("stock,numpy")
+    with pytest.raises(ValueError):
+        sb.check_sides("")
+
+
+def test_core_models_are_the_24_continuous(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "BENCHMARK_CORE.md").write_text(
+        "1. `models/a.py` — x\n2. `models/b_c.py` — y\n3. `models/a.py` again\n4. `models_discrete/d.py` — z\n"
+    )
+    assert sb.core_models(tmp_path) == [str(tmp_path / "models/a.py"), str(tmp_path / "models/b_c.py")]
+
+
+def test_catalogue_models_by_name(tmp_path):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "BEST.py").write_text("")
+    assert sb.catalogue_models(tmp_path, ["BEST", "models/BEST.py"]) == [str(tmp_path / "models" / "BEST.py")]
+    with pytest.raises(ValueError, match="unknown catalogue model 'nope'"):
+        sb.catalogue_models(tmp_path, ["nope"])
+    with pytest.raises(ValueError, match="BENCHMARK_CORE.md"):
+        sb.catalogue_models(tmp_path, core=True)
+    with pytest.raises(ValueError, match="not a model catalogue"):
+        sb.catalogue_models(tmp_path / "models", ["BEST"])
+
+
+def test_table_rows_ratios_and_failures(fake_workers):
+    fake_workers.update({("/c/models/BEST.py", "stock"): 10.0, ("/c/models/BEST.py", "pmfast"): (7.0, None, 2.0),
+                         ("/c/models/BEST.py", "jax"): "boom"})
+    results = sb.compare(["/c/models/BEST.py"], sides=("stock", "pmfast", "jax"))
+    lines = sampler_table(results, sb.geomeans(results))
+    assert lines[0].startswith("| model | side | compile s")
+    assert len({line.count("|") for line in lines}) == 1
+    (pm_row,) = [ln for ln in lines if "| pmfast |" in ln and "BEST" in ln]
+    assert "7 (0.70×)" in pm_row and "| 2.0 |" in pm_row
+    assert any("| jax | failed: boom" in ln for ln in lines)
+    assert lines[-1].startswith("| geometric mean | pmfast |") and "0.70×" in lines[-1]
+
+
+def test_plot_and_atomic_json(fake_workers, tmp_path):
+    fake_workers.update({("m.py", "stock"): 10.0, ("m.py", "pmfast"): 5.0})
+    results = sb.compare(["m.py"], sides=("stock", "pmfast"))
+    write_sampler_plot(results, sb.geomeans(results), tmp_path / "p.png")
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    write_json({"results": results}, tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["results"][0]["ratio"] == {"pmfast": 0.5}
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    with pytest.raises(TypeError):
+        write_json({"bad": object()}, tmp_path / "r.json")
+    assert json.loads((tmp_path / "r.json").read_text())["results"]
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+@pytest.mark.parametrize(
+    "args, fact",
+    [
+        (["--sampler"], "--sampler needs models"),
+        (["--sampler", "--catalogue", "/no/such/dir", "--core"], "catalogue directory not found"),
+        (["--sampler", "--core"], "need --catalogue"),
+        (["--core"], "need --sampler"),
+        (["--sampler", "eight_schools_noncentered", "--sides", "stock,numpy"], "unknown side 'numpy'"),
+        (["--sampler", "eight_schools_noncentered", "--chains", "0"], "--chains"),
+        (["--sampler", "eight_schools_noncentered", "--short", "1000"], "--short"),
+        (["--sampler", "no_such_zoo_model"], "unknown zoo model"),
+        (["--sampler", "eight_schools_noncentered", "--plot", "/no/such/dir/p.png"], "directory does not exist"),
+    ],
+)
+def test_bad_options_are_one_clean_error(args, fact):
+    result = runner.invoke(app, ["bench", *args])
+    assert result.exit_code == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and fact in lines[0], result.stderr
+
+
+def test_unknown_catalogue_model(tmp_path):
+    (tmp_path / "models").mkdir()
+    result = runner.invoke(app, ["bench", "--sampler", "--catalogue", str(tmp_path), "--models", "BEST,nope"])
+    assert result.exit_code == 1 and "unknown catalogue model 'BEST'" in result.stderr
+
+
+@pytest.mark.slow
+def test_end_to_end_on_a_tiny_model(tmp_path, tiny_model_source):
+    model = tmp_path / "tiny.py"
+    model.write_text(tiny_model_source)
+    out, plot = tmp_path / "s.json", tmp_path / "s.png"
+    result = runner.invoke(app, ["bench", "--sampler", str(model), "--sides", "stock,pmfast", "--chains", "1",
+                                 "--tune", "60", "--draws", "60", "--short", "20", "--json", str(out), "--plot", str(plot)])
+    assert result.exit_code == 0, result.output
+    payload = json.loads(out.read_text())
+    (row,) = payload["results"]
+    assert set(row["sides"]) == {"stock", "pmfast"} and not row["errors"]
+    for r in row["sides"].values():
+        assert r["compile_s"] > 0 and r["per_grad_us"] > 0 and r["long"]["steps"] > r["short"]["steps"]
+        assert r["first_run_s"] > r["compile_s"]
+    assert row["agreement"]["pmfast"] < 5
+    assert "| tiny.py | pmfast |" in result.stdout
+    assert plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_first_sample_compiles_nothing(monkeypatch):
+    """The first nutpie.sample of a pmfast-compiled model compiles no numba function (no lazy kernels):
+    what the first call costs beyond later ones is xarray's first DataArray (it imports dask.array to
+    check for duck arrays), which stock pays alike."""
+    import nutpie
+    import xarray
+    from numba.core.dispatcher import Dispatcher
+
+    import pmfast
+    from pmfast.loading import load_model
+
+    model, initial_point = load_model("eight_schools_noncentered")
+    compiled = pmfast.compile(model, initial_points=initial_point)
+    xarray.DataArray(np.zeros(2))
+    compiles = []
+    original = Dispatcher.compile
+
+    def spy(self, sig):
+        compiles.append(self.py_func.__qualname__)
+        return original(self, sig)
+
+    monkeypatch.setattr(Dispatcher, "compile", spy)
+    trace = nutpie.sample(compiled, chains=1, cores=1, tune=20, draws=20, seed=1, progress_bar=False)
+    assert trace.posterior["mu"].shape == (1, 20)
+    assert compiles == [], compiles
