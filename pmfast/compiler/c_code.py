@@ -19,9 +19,7 @@ is pytensor's. Idempotent.
 
 from __future__ import annotations
 
-import functools
-
-from pmfast.compiler.patching import active
+from pmfast.compiler.patching import scoped
 
 _memo: dict = {}
 
@@ -34,10 +32,9 @@ def install() -> None:
     if getattr(original, "_pmfast", False):
         return
 
-    @functools.wraps(original)
     def load_c_code(self, func_files) -> None:
         files = tuple(func_files)
-        if not active() or self.func_codes or self.code_sections:
+        if self.func_codes or self.code_sections:
             return original(self, files)
         key = (type(self), files)  # relative paths resolve next to the class's module
         hit = _memo.get(key)
@@ -49,6 +46,4 @@ def install() -> None:
         self.func_codes.extend(codes)
         self.code_sections.update(sections)
 
-    load_c_code._pmfast = True
-    load_c_code._pmfast_scoped = True
-    ExternalCOp.load_c_code = load_c_code
+    ExternalCOp.load_c_code = scoped(original, load_c_code)

@@ -19,9 +19,7 @@ every call is pytensor's (a fresh signature). Idempotent.
 
 from __future__ import annotations
 
-import functools
-
-from pmfast.compiler.patching import active
+from pmfast.compiler.patching import scoped
 
 
 def install() -> None:
@@ -32,10 +30,7 @@ def install() -> None:
     if getattr(original, "_pmfast", False):
         return
 
-    @functools.wraps(original)
     def signature(self):
-        if not active():
-            return original(self)
         cached = self.__dict__.get("_pmfast_signature")
         if cached is not None and cached[0] is self.type and cached[1] is self.data:
             return cached[2]
@@ -43,6 +38,4 @@ def install() -> None:
         self.__dict__["_pmfast_signature"] = (self.type, self.data, sig)
         return sig
 
-    signature._pmfast = True
-    signature._pmfast_scoped = True
-    TensorConstant.signature = signature
+    TensorConstant.signature = scoped(original, signature)

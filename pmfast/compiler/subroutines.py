@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 
-from pmfast.compiler.patching import active
+from pmfast.compiler.patching import scoped
 
 #: Per parent memo (by ``id``, with the memo kept alive beside it): its family of per-flags memos.
 _families: dict[int, tuple[dict, dict]] = {}
@@ -76,12 +76,9 @@ def install() -> None:
 
     def subtarget(self, **kws):
         obj = numba_subtarget(self, **kws)
-        if active() and obj.cached_internal_func is self.cached_internal_func:
+        if obj.cached_internal_func is self.cached_internal_func:
             obj.cached_internal_func = _memo_for(self.cached_internal_func, obj.fastmath)
         return obj
 
-    subtarget.__doc__ = numba_subtarget.__doc__
-    subtarget.__wrapped__ = numba_subtarget
-    subtarget._pmfast_scoped = True
-    BaseContext.subtarget = subtarget
+    BaseContext.subtarget = scoped(numba_subtarget, subtarget)
     _installed = True
