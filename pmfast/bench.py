@@ -350,7 +350,16 @@ def _worker(
         if cold:
             env = cold_env(env, cache)
             cmd.append("--cold")
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        return run_worker(cmd, env, f"{model_spec} ({'pair' if pair else side}, passes={selection})", BenchError)
+
+
+def run_worker(cmd: list[str], env: dict, label: str, error: type[Exception]) -> dict:
+    """Run a bench worker process; the JSON of its last stdout line.
+
+    A worker that exits non-zero, prints no JSON object, or reports ``error`` raises ``error``
+    with ``label`` and the worker's message (or its last stderr line).
+    """
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     lines = proc.stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])
@@ -358,8 +367,8 @@ def _worker(
         result = None
     if proc.returncode or not isinstance(result, dict) or "error" in result:
         tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        msg = (result or {}).get("error") if isinstance(result, dict) else None
-        raise BenchError(f"{model_spec} ({'pair' if pair else side}, passes={selection}): {msg or (tail[-1] if tail else 'worker failed')}")
+        msg = result.get("error") if isinstance(result, dict) else None
+        raise error(f"{label}: {msg or (tail[-1] if tail else 'worker failed')}")
     return result
 
 

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -176,23 +175,13 @@ def agreement(a: dict, b: dict) -> float:
 
 def worker(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float) -> dict:
     """:func:`run_side` in a fresh process with fresh caches; the result, or :class:`SamplerBenchError`."""
-    from pmfast.bench import BLAS_ONE_THREAD, cold_env
+    from pmfast.bench import BLAS_ONE_THREAD, cold_env, run_worker
 
     cmd = [sys.executable, "-m", "pmfast.sampler_bench", spec, "--side", side, "--chains", str(chains), "--seed", str(seed)]
     cmd += ["--long", f"{long[0]},{long[1]}", "--short", f"{short[0]},{short[1]}", "--budget", str(budget)]
     with tempfile.TemporaryDirectory(prefix="pmfast-sampler-") as cache:
         env = cold_env({**BLAS_ONE_THREAD, **os.environ}, cache)
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    lines = proc.stdout.strip().splitlines()
-    try:
-        result = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        result = None
-    if proc.returncode or not isinstance(result, dict) or "error" in result:
-        tail = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-        msg = result.get("error") if isinstance(result, dict) else None
-        raise SamplerBenchError(f"{Path(spec).name} ({side}): {msg or (tail[-1] if tail else 'worker failed')}")
-    return result
+        return run_worker(cmd, env, f"{Path(spec).name} ({side})", SamplerBenchError)
 
 
 def compare(specs, sides=SIDES, chains=1, long=LONG, short=SHORT, seed=0, budget=BUDGET_S, progress=None) -> list[dict]:
