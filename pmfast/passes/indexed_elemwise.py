@@ -50,7 +50,7 @@ from pytensor.tensor.elemwise import Elemwise
 
 from pmfast.loops.dispatch import will_vectorize
 from pmfast.loops.op import IndexedElemwise
-from pmfast.passes.indexed_gathers import _layout  # noqa: F401  (re-exported for tests)
+from pmfast.passes.indexed_gathers import _layout, keyed_shapes  # noqa: F401  (_layout re-exported for tests)
 from pmfast.passes.indexed_matching import (  # noqa: F401  (re-exported: sibling_fusion, tests)
     MAX_ARGS,
     _full_bool_reduction,
@@ -108,10 +108,11 @@ class IndexedElemwiseFusion(PassRewriter):
         except Exception:
             _log.debug("indexed_elemwise: no graph-wide length facts", exc_info=True)
         try:
-            for node in list(fgraph.toposort()):
-                if node not in fgraph.apply_nodes or not isinstance(node.op, Elemwise):
-                    continue
-                n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node, self.vectorize_all), node)
+            with keyed_shapes(fgraph):  # each shape entry canonicalized once in the pass
+                for node in list(fgraph.toposort()):
+                    if node not in fgraph.apply_nodes or not isinstance(node.op, Elemwise):
+                        continue
+                    n += self.attempt(fgraph, lambda: _fused_pairs(fgraph, node, self.vectorize_all), node)
         finally:
             fgraph.__dict__.pop("_pmfast_equal_lengths", None)
         if n:

@@ -7,12 +7,18 @@ rely on.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import numpy as np
-from pytensor.graph.basic import Constant
+from pytensor.graph.basic import AtomicVariable, Constant, clone_get_equiv
+from pytensor.graph.features import Feature
+from pytensor.graph.fg import FunctionGraph
+from pytensor.graph.rewriting.utils import rewrite_graph
+from pytensor.graph.traversal import applys_between, graph_inputs
 from pytensor.tensor.basic import MakeVector
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
+from pytensor.tensor.rewriting.basic import topo_constant_folding
 from pytensor.tensor.shape import Reshape, Shape_i, SpecifyShape
 from pytensor.tensor.subtensor import (
     AdvancedIncSubtensor,
@@ -282,16 +288,25 @@ class _Lengths:
 
     def __init__(self, fgraph, node):
         self.node = node
-        self.sf = getattr(fgraph, "shape_feature", None)
+        self.keys = shape_keys(fgraph)
         #: graph-wide facts (:class:`~pmfast.passes.lengths.EqualLengths`), when the rewriter built them
         self.graph = getattr(fgraph, "_pmfast_equal_lengths", None)
         self._known: dict = {}
+        self._known_keys: dict = {}
 
     def known(self, d: int) -> set:
         if d not in self._known:
             vs = (*self.node.inputs, *self.node.outputs)
             self._known[d] = _equal_axes([(v, d) for v in vs if not v.type.broadcastable[d]])
         return self._known[d]
+
+    def known_keys(self, d: int) -> set:
+        """The canonical shape keys (:class:`ShapeKeys`) of :meth:`known` ``(d)``: one lookup per candidate."""
+        if d not in self._known_keys:
+            keys = {self.keys.key(v, a) for v, a in self.known(d)} if self.keys is not None else set()
+            keys.discard(None)
+            self._known_keys[d] = keys
+        return self._known_keys[d]
 
     def equal(self, d: int, var, axis: int) -> bool:
         """Is ``var.shape[axis]`` equal to dim ``d``'s length whenever the graph runs without error?"""
@@ -300,13 +315,115 @@ class _Lengths:
             return False
         if out.type.shape[d] is not None and out.type.shape[d] == var.type.shape[axis]:
             return True
-        known = self.known(d)
-        if (var, axis) in known or any(_same_shape(self.sf, v, a, var, axis) for v, a in known):
+        if (var, axis) in self.known(d):
+            return True
+        key = self.keys.key(var, axis) if self.keys is not None else None
+        if key is not None and key in self.known_keys(d):
             return True
         return self.graph is not None and self.graph.same(out, d, var, axis)
 
 
+class ShapeKeys(Feature):
+    """``ShapeFeature.same_shape`` of single axes as a lookup: each ``(variable, axis)``'s shape entry
+    is canonicalized once (as ``same_shape`` does, on a clone: ``canonicalize`` plus constant folding)
+    into a hashable structural key, whose equality is ``same_shape``'s ``equal_computations`` (ops,
+    output positions, constants by signature, roots by identity, the outputs' type classes).
+
+    Memoised per shape entry (a new entry, after ShapeFeature updated a shape, is a new key); an
+    entry whose graph holds a node of ``fgraph`` changed in place is forgotten (``on_change_input``).
+    Attached for one rewrite pass (:func:`keyed_shapes`); without it each user keeps its own.
+    """
+
+    def __init__(self, fgraph):
+        self.sf = getattr(fgraph, "shape_feature", None)
+        self._memo: dict = {}
+        self._deps: dict = {}
+
+    def key(self, var, axis: int):
+        """A hashable key, equal for two pairs exactly when ``same_shape`` holds; ``None``: never equal."""
+        sf = self.sf
+        if sf is None:
+            return None
+        try:
+            shape = sf.shape_of.get(var)
+            if shape is None:
+                return None
+            entry = shape[axis]
+        except Exception:
+            return None
+        try:
+            return self._memo[entry]
+        except KeyError:
+            pass
+        try:
+            k = _canonical_key(entry)
+        except Exception:
+            k = None
+        self._memo[entry] = k
+        for node in applys_between([], [entry]):
+            self._deps.setdefault(node, []).append(entry)
+        return k
+
+    def same(self, v, a, w, b) -> bool:
+        k = self.key(v, a)
+        return k is not None and k == self.key(w, b)
+
+    def on_change_input(self, fgraph, node, i, r, new_r, reason=None):
+        for entry in self._deps.pop(node, ()):
+            self._memo.pop(entry, None)
+
+
+def _canonical_key(entry):
+    """``entry`` canonicalized as ``ShapeFeature.same_shape`` does, as a structural key."""
+    roots = [i for i in graph_inputs([entry]) if not isinstance(i, AtomicVariable)]
+    equiv = clone_get_equiv(roots, [entry])
+    fg = FunctionGraph([equiv[i] for i in roots], [equiv[entry]], clone=False)
+    fg = rewrite_graph(fg, custom_rewrite=topo_constant_folding)
+    back = {equiv[i]: i for i in roots}
+    out = fg.outputs[0]
+    t = out.type
+    tclass = ("T", t.dtype, t.broadcastable) if isinstance(t, TensorType) else t
+    return tclass, _structure(out, back, {})
+
+
+def _structure(var, back, seen):
+    node = var.owner
+    if node is None:
+        if isinstance(var, Constant):
+            return ("c", type(var), var.signature())
+        return ("v", back.get(var, var))
+    if node not in seen:
+        seen[node] = (node.op, len(node.outputs), tuple(_structure(i, back, seen) for i in node.inputs))
+    return ("n", node.outputs.index(var), seen[node])
+
+
+def shape_keys(fgraph) -> ShapeKeys | None:
+    """The pass's :class:`ShapeKeys` of ``fgraph`` (:func:`keyed_shapes`), else a new one; ``None``
+    without a ShapeFeature."""
+    keys = getattr(fgraph, "_pmfast_shape_keys", None)
+    if keys is None and getattr(fgraph, "shape_feature", None) is not None:
+        keys = ShapeKeys(fgraph)
+    return keys
+
+
+@contextlib.contextmanager
+def keyed_shapes(fgraph):
+    """One :class:`ShapeKeys` shared by every match of a rewrite pass over ``fgraph``."""
+    if getattr(fgraph, "shape_feature", None) is None or hasattr(fgraph, "_pmfast_shape_keys"):
+        yield
+        return
+    keys = ShapeKeys(fgraph)
+    fgraph.attach_feature(keys)
+    fgraph._pmfast_shape_keys = keys
+    try:
+        yield
+    finally:
+        fgraph.__dict__.pop("_pmfast_shape_keys", None)
+        fgraph.remove_feature(keys)
+
+
 def _same_shape(sf, v, a, w, b) -> bool:
+    """``sf.same_shape(v, w, a, b)``, False where it fails (the reference :class:`ShapeKeys` agrees with)."""
     if sf is None:
         return False
     try:
@@ -322,7 +439,7 @@ def _indices_agree(fgraph, layout: _Layout) -> bool:
     Proven equal, the loop reads them strictly (checked equal to the loop
     dim); otherwise loosely (:class:`~pmfast.loops.spec.Gather` ``loose``).
     """
-    sf = getattr(fgraph, "shape_feature", None)
+    keys = shape_keys(fgraph)
     for k in range(layout.bdim):
         pairs = layout.aligned(k)
         for v, a in pairs[1:]:
@@ -330,7 +447,7 @@ def _indices_agree(fgraph, layout: _Layout) -> bool:
             static = w.type.shape[b]
             if v is w or (static is not None and static == v.type.shape[a]):
                 continue
-            if (v, a) in _equal_axes([(w, b)]) or (w, b) in _equal_axes([(v, a)]) or _same_shape(sf, w, b, v, a):
+            if (v, a) in _equal_axes([(w, b)]) or (w, b) in _equal_axes([(v, a)]) or (keys is not None and keys.same(w, b, v, a)):
                 continue
             return False
     return True

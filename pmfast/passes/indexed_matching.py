@@ -33,8 +33,8 @@ from pmfast.passes.indexed_gathers import (
     _is_shape_of,
     _layout,
     _Lengths,
-    _same_shape,
     _walk_views,
+    shape_keys,
 )
 
 #: Also absorb a ``Sum`` (over all axes) of a fused output into the
@@ -388,7 +388,7 @@ def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
     """Groups of the gathered ``(array, axis)`` pairs of ``loop`` whose lengths are provably equal
     (same variable, equal static lengths, the ShapeFeature, or the graph-wide :class:`EqualLengths`):
     a parameter vector and its gradient buffer share one position per index load."""
-    sf = getattr(fgraph, "shape_feature", None)
+    keys = shape_keys(fgraph)
     graph = getattr(fgraph, "_pmfast_equal_lengths", None)
 
     def equal(a, b) -> bool:
@@ -398,7 +398,7 @@ def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
         sa, sb = va.type.shape[xa], vb.type.shape[xb]
         if sa is not None and sa == sb:
             return True
-        return _same_shape(sf, va, xa, vb, xb) or (graph is not None and graph.same(va, xa, vb, xb))
+        return (keys is not None and keys.same(va, xa, vb, xb)) or (graph is not None and graph.same(va, xa, vb, xb))
 
     groups: list[list] = []
     for pair in dict.fromkeys((a, ax) for a, ax, _ in loop.gathered()):
