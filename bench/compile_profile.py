@@ -1,7 +1,7 @@
 """Where a compile's seconds go: per stage, per numba function, per numba phase (typing, lowering, LLVM).
 
     python bench/compile_profile.py MODEL [MODEL ...] [--side pmfast|stock] [--passes all] [--top 25]
-        [--catalogue DIR]
+        [--catalogue DIR] [--rewrites-only]
 
 With several models (e.g. ``wide_additive:n=20 wide_additive:n=80 wide_additive:n=320``)
 it also prints a table of stage seconds, logp graph nodes and peak RSS per model
@@ -14,6 +14,11 @@ Runs the compile in a fresh process with an empty pytensor/numba cache (or
 llvmlite FFI call holds it, so its time is the time spent inside LLVM), and
 prints exclusive seconds per function and phase: a callee compiled during its
 caller's type inference is charged to the callee.
+
+``--rewrites-only`` times the graph stages alone, without numba: building the
+raveled logp+gradient graph, then each top-level entry of the mode's rewrite
+sequence (pytensor's phases; pmfast's passes marked ``pmfast:``), so the
+rewrites' growth exponent can be measured on big graphs in seconds.
 """
 
 from __future__ import annotations
@@ -183,6 +188,51 @@ def worker(model_spec, side, passes, top):
     return out
 
 
+def rewrites_worker(model_spec, side, passes):
+    """Seconds of the graph build and of each top-level rewrite of the mode's sequence (no numba)."""
+    from pytensor.compile import optdb
+    from pytensor.compile.function.types import std_fgraph
+    from pytensor.compile.io import In, Out
+    from pytensor.compile.sharedvalue import SharedVariable
+    from pytensor.graph.traversal import graph_inputs
+
+    import pmfast
+    from pmfast.compiler import patching
+    from pmfast.frontend import logp_dlogp_graph
+    from pmfast.loading import load_model
+
+    model, _ = load_model(model_spec)
+    c0 = time.process_time()
+    joined, logp, grad, _, _ = logp_dlogp_graph(model)
+    timings = {"graph build": time.process_time() - c0}
+    mode = pmfast.get_mode("none" if side == "stock" else passes)
+    ours = {getattr(r, "name", None) for r in optdb.__db__.get("pmfast", ())}
+    with patching.compiling():
+        shared = [v for v in graph_inputs([logp, grad]) if isinstance(v, SharedVariable)]
+        fgraph, _ = std_fgraph([In(joined), *map(In, shared)], [Out(logp), Out(grad)])
+        rewriter = mode.optimizer
+        rewriter.add_requirements(fgraph)
+        for r in rewriter.data:
+            name = getattr(r, "name", None) or type(r).__name__
+            t0 = time.process_time()
+            r.apply(fgraph)
+            key = ("pmfast:" if name in ours else "") + name
+            timings[key] = timings.get(key, 0.0) + time.process_time() - t0
+    rewrites = sum(v for k, v in timings.items() if k != "graph build")
+    pm_s = sum(v for k, v in timings.items() if k.startswith("pmfast:"))
+    return {
+        "wall": rewrites, "cpu": rewrites, "timings": timings, "rewrites": rewrites, "pmfast_passes": pm_s,
+        "nodes": logp_nodes(model), "rewritten_nodes": len(fgraph.apply_nodes),
+        "by_phase": {}, "llvm_steps": {}, "llvm_total": 0.0, "peak_rss_mb": _peak_rss(),
+    }
+
+
+def _peak_rss() -> float:
+    from pmfast.bench import peak_rss_mb
+
+    return peak_rss_mb()
+
+
 def logp_nodes(model) -> int:
     """Apply nodes of the model's (unrewritten) logp graph: the size measure for growth fits."""
     from pytensor.graph.traversal import applys_between
@@ -217,6 +267,8 @@ def stages(r) -> dict:
     out.update({f"numba:{k}": v for k, v in r["by_phase"].items()})
     out.update({f"llvm:{k}": v for k, v in r["llvm_steps"].items()})
     out["llvm:total"] = r["llvm_total"]
+    if "pmfast_passes" in r:
+        out["pmfast passes (sum)"] = r["pmfast_passes"]
     return out
 
 
@@ -230,6 +282,8 @@ def growth_table(specs, results) -> None:
     print(f"  {'peak RSS MB':<40}" + "".join(f"{r['peak_rss_mb']:>15.0f}" for r in results))
     for k in keys:
         ys = [p.get(k, 0.0) for p in per]
+        if max(ys) < 0.05:
+            continue
         print(f"  {k[:40]:<40}" + "".join(f"{y:>15.2f}" for y in ys) + f"{exponent(nodes, ys):>10.2f}")
 
 
@@ -242,10 +296,14 @@ def main(argv=None):
     ap.add_argument("--cache", help="compile directory to use (default: a fresh empty one)")
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json")
+    ap.add_argument("--rewrites-only", action="store_true", help="time the graph stages only (no numba)")
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args(argv)
     if args.worker:
-        print(json.dumps(worker(args.model[0], args.side, args.passes, args.top)))
+        if args.rewrites_only:
+            print(json.dumps(rewrites_worker(args.model[0], args.side, args.passes)))
+        else:
+            print(json.dumps(worker(args.model[0], args.side, args.passes, args.top)))
         return
     specs = [resolve(m, args.catalogue) for m in args.model]
     results = [profile_one(spec, args) for spec in specs]
@@ -262,10 +320,18 @@ def profile_one(spec, args) -> dict:
         cache = args.cache or d
         env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": os.path.join(cache, "numba-cache")}
         cmd = [sys.executable, __file__, spec, "--side", args.side, "--passes", args.passes, "--top", str(args.top), "--worker"]
+        cmd += ["--rewrites-only"] if args.rewrites_only else []
         res = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if res.returncode:
         sys.exit(res.stderr)
     r = json.loads(res.stdout.strip().splitlines()[-1])
+    if args.rewrites_only:
+        print(f"{spec} ({args.side}, rewrites only): rewrites {r['rewrites']:.2f} s (pmfast passes {r['pmfast_passes']:.2f}), "
+              f"logp nodes {r['nodes']} -> {r['rewritten_nodes']} rewritten logp+grad nodes")
+        for k, v in sorted(r["timings"].items(), key=lambda kv: -kv[1])[: args.top]:
+            if v >= 0.005:
+                print(f"  {k[:50]:<50}{v:7.2f}")
+        return r
     print(f"{spec} ({args.side}): wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s, n_dim {r['n_dim']}, "
           f"logp nodes {r['nodes']}, peak RSS {r['peak_rss_mb']:.0f} MB")
     for k, v in r["timings"].items():
