@@ -69,6 +69,10 @@ NEVER = frozenset({"Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "Ran
 #: Most bytecode instructions (summed over call sites) an entry inlines; see :func:`plan`.
 BUDGET = 4000
 
+#: Beyond :data:`BUDGET`, which functions :func:`plan` still inlines: ``"none"``, or greedily
+#: within the budget ``"sites"`` (fewest call sites first) or ``"cost"`` (cheapest in total first).
+ORDER = "none"
+
 _inlined: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -168,15 +172,20 @@ def cost(dispatcher) -> int:
     return _instructions(inner_function(dispatcher).py_func.__code__)
 
 
-def plan(calls: Sequence[tuple[str, str | None, object]], budget: int | None = None) -> tuple[str, ...]:
+def plan(
+    calls: Sequence[tuple[str, str | None, object]], budget: int | None = None, order: str | None = None
+) -> tuple[str, ...]:
     """The names to inline among an entry's ``calls`` (``(name, op, dispatcher)`` per statement, in order).
 
     Candidates are the names :func:`should_inline` accepts. All of them if
     inlining them all adds at most ``budget`` (default :data:`BUDGET`)
-    instructions (each function's instructions times its call sites), none
-    otherwise. Depends on the graph's code only.
+    instructions (each function's instructions times its call sites); otherwise
+    as ``order`` (default :data:`ORDER`) says: none, or candidates taken in that
+    order (ties: first call first) while they fit in the budget. Depends on the
+    graph's code only.
     """
     budget = BUDGET if budget is None else budget
+    order = ORDER if order is None else order
     sites: dict[str, int] = {}
     refused: set[str] = set()
     for name, op, dispatcher in calls:
@@ -188,5 +197,16 @@ def plan(calls: Sequence[tuple[str, str | None, object]], budget: int | None = N
             else:
                 refused.add(name)
     dispatchers = {name: d for name, _, d in calls}
-    total = sum(n * cost(dispatchers[name]) for name, n in sites.items())
-    return tuple(sites) if total <= budget else ()
+    costs = {name: n * cost(dispatchers[name]) for name, n in sites.items()}
+    if sum(costs.values()) <= budget:
+        return tuple(sites)
+    if order == "none":
+        return ()
+    first = {name: i for i, name in enumerate(sites)}
+    rank = {"sites": lambda k: (sites[k], costs[k], first[k]), "cost": lambda k: (costs[k], first[k])}[order]
+    chosen, total = set(), 0
+    for name in sorted(sites, key=rank):
+        if total + costs[name] <= budget:
+            chosen.add(name)
+            total += costs[name]
+    return tuple(name for name in sites if name in chosen)
