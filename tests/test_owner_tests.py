@@ -63,3 +63,16 @@ def test_files_run_apart_get_pytest_processes_of_their_own():
     assert chunks[0][0] == owner_tests.SUITE
     assert [f"--ignore={p}" for p in owner_tests.SUITE_APART] == chunks[0][1:]
     assert chunks[1:] == [[p] for p in owner_tests.SUITE_APART]
+
+
+def test_linker_leaves_a_pure_python_function_alone():
+    """pytensor's ``eval_python_only`` mocks ``numba_njit`` to return the function itself; pmfast's
+    linker wrapped it as a dispatcher (``AttributeError: 'function' object has no attribute 'compile'``
+    in ``test_solve_discrete_lyapunov[direct]``)."""
+    from pmfast.linker import _in_scope
+
+    def f(x):
+        return x + 1
+
+    f.py_func = f
+    assert _in_scope(f) is f and f(1) == 2
