@@ -312,10 +312,16 @@ def _lean_compiler():
 
 
 def _in_scope(dispatcher):
-    """``dispatcher`` whose compiles (the lazy one on first call included) run in pmfast's compile scope."""
+    """``dispatcher`` whose compiles (the lazy one on first call included) run in pmfast's compile scope.
+
+    Not a dispatcher (pytensor's tests evaluate numba functions as pure Python with ``numba_njit``
+    mocked to return the function itself): returned as it is, there is nothing to compile.
+    """
     from pmfast.compiler.patching import compiling
 
-    compile_ = dispatcher.compile
+    compile_ = getattr(dispatcher, "compile", None)
+    if compile_ is None:
+        return dispatcher
 
     def compile(sig):
         with compiling():

@@ -3,6 +3,7 @@
     python tools/owner_tests.py numba                      # numba's tests of the replaced areas
     python tools/owner_tests.py pytensor --checkout DIR    # pytensor's, from a checkout of tag rel-2.38.3
     python tools/owner_tests.py numba --modules test_ssa test_inlining --json out.json
+    python tools/owner_tests.py numba-suite --checkout DIR --compiled-only -n 2 --json out.json
 
 Each test file runs twice in fresh pytest processes: as shipped, and with every replacement of
 :mod:`pmfast.compiler.patching` installed process-wide for the whole session (the plugin
@@ -10,19 +11,24 @@ Each test file runs twice in fresh pytest processes: as shipped, and with every 
 outcome sets (per test id, from junit XML) must be equal; the differences are printed and written
 to ``--json``. numba ships its tests in its wheel; pytensor's come from a checkout
 (``git archive rel-2.38.3 tests conftest.py`` of pymc-devs/pytensor), never from this repository.
+
+``numba-suite`` runs pytensor's ``tests/link/numba/`` (not-slow tests; ``test_random.py`` in a
+pytest process of its own) three ways: as shipped (``stock``), with the tests' ``numba_mode``
+replaced by ``pmfast.get_mode("all")`` (``mode``), and with the stock NUMBA mode plus
+``pmfast.enable()`` (``enable``) — see ``tools/owner_plugin.py``. ``--compiled-only`` turns off the
+suite's pure-python evaluation of each numba function (``eval_obj_mode``). It prints the counts per
+way and every test that fails, errs or crashes (a pytest-xdist worker dying under it) under a
+pmfast way and not under ``stock``; the exit status is 1 if there is any.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
-import tempfile
-import time
-import xml.etree.ElementTree as ET
 from pathlib import Path
+
+from owner_junit import Case, counts, differences, only_bad, run_pytest
 
 NUMBA_MODULES = (
     "test_ssa",
@@ -40,50 +46,92 @@ PYTENSOR_PATHS = (
     "tests/tensor/test_var.py",
     "tests/link/c/test_op.py",
 )
-HERE = Path(__file__).resolve().parent
-#: junit XML child tags of a test case, and the outcome each means
-JUNIT_OUTCOMES = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
+SUITE = "tests/link/numba"
+SUITE_APART = ("tests/link/numba/test_random.py",)
+WAYS = ("stock", "mode", "enable")
 
 
-def outcomes(xml_path: Path) -> dict[str, str]:
-    """Test id → ``passed``/``failed``/``error``/``skipped`` from a junit XML file."""
-    result = {}
-    for case in ET.parse(xml_path).getroot().iter("testcase"):
-        tid = f"{case.get('classname')}::{case.get('name')}"
-        kinds = {child.tag for child in case}
-        result[tid] = next((label for tag, label in JUNIT_OUTCOMES if tag in kinds), "passed")
-    return result
-
-
-def run(path: str, patched: bool, cwd: Path, timeout: float) -> tuple[dict[str, str], float]:
-    """Outcomes of one pytest process over ``path``; a crashed process shows as the id ``<crash>``."""
-    env = {**os.environ, "PMFAST_OWNER_PATCHES": "1" if patched else "0", "PYTHONHASHSEED": "0"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(HERE), env.get("PYTHONPATH")]))
-    with tempfile.TemporaryDirectory() as tmp:
-        xml = Path(tmp) / "out.xml"
-        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "owner_plugin", "-p", "no:cacheprovider", path,
-               f"--junitxml={xml}"]
-        start = time.perf_counter()
-        try:
-            proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            code = -9
-        seconds = time.perf_counter() - start
-        found = outcomes(xml) if xml.exists() else {}
-    if code < 0 or (code not in (0, 1, 5) and not found):
-        found["<crash>"] = f"exit {code}"
+def run(path: str, patched: bool, cwd: Path, timeout: float) -> tuple[dict, float]:
+    """Outcomes of one pytest process over ``path``, without or with every pmfast patch installed."""
+    found, seconds, _ = run_pytest([path], cwd, {"PMFAST_OWNER_PATCHES": "1" if patched else "0"}, timeout)
     return found, seconds
+
+
+def suite_chunks(paths: list[str] | None) -> list[list[str]]:
+    """pytest argument lists for one way: the suite without the files run apart, then each of those."""
+    if paths:
+        return [list(paths)]
+    return [[SUITE, *(f"--ignore={p}" for p in SUITE_APART)], *([p] for p in SUITE_APART)]
+
+
+def run_way(way: str, cwd: Path, paths, workers: int, compiled_only: bool, timeout: float):
+    """All outcomes of one way, and the seconds it took."""
+    env = {"PMFAST_SUITE_WAY": way, "PMFAST_SUITE_COMPILED_ONLY": "1" if compiled_only else "0"}
+    xdist = ["-n", str(workers), "--max-worker-restart=1000"] if workers else ["-p", "no:xdist"]
+    found, total = {}, 0.0
+    for chunk in suite_chunks(paths):
+        part, seconds, tail = run_pytest([*xdist, "-m", "not slow", *chunk], cwd, env, timeout)
+        if "<crash>" in part:
+            part["<crash>"] = Case("crashed", f"{' '.join(chunk)}: {part['<crash>'].message}: {tail[-300:]}")
+        found.update(part)
+        total += seconds
+    return found, total
+
+
+def suite_report(results: dict[str, tuple[dict, float]]) -> dict:
+    """Counts per way and, per pmfast way, the tests that fail only there (with their first message line)."""
+    stock = results["stock"][0]
+    report = {"counts": {w: counts(f) for w, (f, _) in results.items()},
+              "seconds": {w: round(t, 1) for w, (_, t) in results.items()},
+              "only_under_pmfast": {}, "differences": {}}
+    for way, (found, _) in results.items():
+        if way == "stock":
+            continue
+        report["only_under_pmfast"][way] = {t: [c.outcome, c.message] for t, c in only_bad(stock, found).items()}
+        report["differences"][way] = differences(stock, found)
+    return report
+
+
+def print_suite(report: dict) -> None:
+    for way, c in report["counts"].items():
+        print(f"{way:7s} {sum(c.values()):5d} tests  " + "  ".join(f"{k} {v}" for k, v in c.items())
+              + f"  ({report['seconds'][way]:.0f} s)")
+    for way, bad in report["only_under_pmfast"].items():
+        print(f"failing only under pmfast ({way}): {len(bad)}")
+        for tid, (outcome, message) in bad.items():
+            print(f"    {outcome:7s} {tid}\n            {message}")
+
+
+def main_suite(args, parser) -> int:
+    if args.checkout is None or not (args.checkout / SUITE).is_dir():
+        parser.error(f"numba-suite needs --checkout DIR holding pytensor's {SUITE} (git archive rel-2.38.3 tests conftest.py)")
+    results = {}
+    for way in args.ways:
+        results[way] = run_way(way, args.checkout, args.modules, args.workers, args.compiled_only, args.timeout)
+        print(f"{way}: done in {results[way][1]:.0f} s", flush=True)
+    if "stock" not in results:
+        parser.error("--ways must include stock (the reference)")
+    report = suite_report(results)
+    report["compiled_only"] = args.compiled_only
+    print_suite(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 1 if any(report["only_under_pmfast"].values()) else 0
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("owner", choices=["numba", "pytensor"])
+    parser.add_argument("owner", choices=["numba", "pytensor", "numba-suite"])
     parser.add_argument("--checkout", type=Path, help="pytensor checkout (tests/ and conftest.py at rel-2.38.3)")
     parser.add_argument("--modules", nargs="*", help="numba test modules or pytensor test paths (default: all listed)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per pytest process")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--compiled-only", action="store_true", help="numba-suite: no pure-python evaluation (eval_obj_mode off)")
+    parser.add_argument("-n", "--workers", type=int, default=2, help="numba-suite: pytest-xdist workers (0: none)")
+    parser.add_argument("--ways", nargs="+", choices=WAYS, default=list(WAYS), help="numba-suite: which ways")
     args = parser.parse_args(argv)
+    if args.owner == "numba-suite":
+        return main_suite(args, parser)
     if args.owner == "numba":
         import numba.tests
 
@@ -97,12 +145,11 @@ def main(argv=None) -> int:
     for path in paths:
         plain, t_plain = run(path, False, cwd, args.timeout)
         patched, t_patched = run(path, True, cwd, args.timeout)
-        diff = {t: (plain.get(t), patched.get(t)) for t in sorted(plain.keys() | patched.keys()) if plain.get(t) != patched.get(t)}
-        counts = {k: sum(v == k for v in plain.values()) for k in ("passed", "failed", "error", "skipped")}
-        report[path] = {"plain": counts, "tests": len(plain), "differences": diff, "seconds": [round(t_plain, 1), round(t_patched, 1)]}
+        diff = differences(plain, patched)
+        report[path] = {"plain": counts(plain), "tests": len(plain), "differences": diff, "seconds": [round(t_plain, 1), round(t_patched, 1)]}
         same &= not diff and bool(plain)
         status = "same" if not diff else f"{len(diff)} DIFFERENT"
-        print(f"{path:45s} {len(plain):5d} tests {counts}  {status}  ({t_plain:.0f} s / {t_patched:.0f} s)", flush=True)
+        print(f"{path:45s} {len(plain):5d} tests {counts(plain)}  {status}  ({t_plain:.0f} s / {t_patched:.0f} s)", flush=True)
         for tid, (a, b) in list(diff.items())[:20]:
             print(f"    {tid}: {a} -> {b}")
     if args.json:
