@@ -67,6 +67,7 @@ import types
 from pytensor.link.numba.linker import NumbaLinker
 
 from pmfast.compiler.arity import MAX_ARITY
+from pmfast.compiler.salt import compile_salt  # noqa: F401  (re-exported: pmfast.linker.compile_salt)
 
 #: Items per chunk.
 CHUNK = 24
@@ -138,29 +139,6 @@ class _State:
         self.deduped = 0
 
 
-@functools.lru_cache(maxsize=None)
-def compile_salt() -> str:
-    """Suffix of every cache key pmfast writes: its version and the code that generates what is cached.
-
-    Functions compiled under pmfast's numba overloads and op implementations
-    (:mod:`pmfast.compiler`) never share cache entries with stock pytensor,
-    and a pmfast version (or a change to its code generation: this module
-    and :mod:`pmfast.compiler`, hashed) or a pytensor upgrade never loads an
-    entry an older one wrote (numba's own index already tells numba versions apart).
-    """
-    import hashlib
-    from pathlib import Path
-
-    import pytensor
-
-    from pmfast import __version__, compiler
-
-    h = hashlib.sha256(f"{pytensor.__version__}".encode() + Path(__file__).read_bytes())
-    for path in sorted(Path(compiler.__file__).parent.glob("*.py")):
-        h.update(path.read_bytes())
-    return f"pmfast{__version__}_{h.hexdigest()[:16]}"
-
-
 def _salt(key, chunked: bool):
     if key is None:
         return key
@@ -171,12 +149,15 @@ def _salt(key, chunked: bool):
 @contextlib.contextmanager
 def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
     """Patch pytensor's source compilers / key functions in every module that imported them."""
+    import numba
     import pytensor.link.numba.dispatch  # noqa: F401  (all dispatchers registered before we patch)
     import pytensor.link.utils as link_utils
     from pytensor import config
     from pytensor.link.numba import cache as nb_cache
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
     from pytensor.link.numba.dispatch import basic as nb_basic
+
+    from pmfast.compiler import pure
 
     orig_cfs = link_utils.compile_function_src
     orig_cnfs = nb_cache.compile_numba_function_src
@@ -262,13 +243,19 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
         id(orig_ensure): numba_funcify_ensure_cache,
     }
     originals = {id(o): o for o in (orig_cfs, orig_cnfs, orig_key, orig_ensure)}
+    attrs = ["compile_function_src", "compile_numba_function_src", "numba_funcify_and_cache_key", "numba_funcify_ensure_cache"]
+    if numba.config.DISABLE_JIT:  # plain functions that pytensor can use as its own (pmfast.compiler.pure)
+        pure.python_helpers()
+        replacements[id(nb_basic.numba_njit)] = pure.plain_njit(nb_basic.numba_njit)
+        originals[id(nb_basic.numba_njit)] = nb_basic.numba_njit
+        attrs.append("numba_njit")
     patched: list[tuple[object, str, object]] = []
     with _lock:
         try:
             for name, mod in list(sys.modules.items()):
                 if mod is None or not name.startswith(("pytensor.link", "pytensor.tensor.random", "pytensor.scan")):
                     continue
-                for attr in ("compile_function_src", "compile_numba_function_src", "numba_funcify_and_cache_key", "numba_funcify_ensure_cache"):
+                for attr in attrs:
                     obj = getattr(mod, attr, None)
                     if obj is not None and id(obj) in replacements and obj is originals[id(obj)]:
                         setattr(mod, attr, replacements[id(obj)])

@@ -1,5 +1,6 @@
 """pmfast.compiler: intrinsics, op implementations, entries, callbacks' return codes, forked compiles."""
 
+import contextlib
 import os
 import threading
 
@@ -55,9 +56,14 @@ def _assign(a, b):
 
 
 def test_slice_assignment_error_keeps_numbas_message():
-    with pytest.raises(ValueError, match=r"cannot assign slice of shape \(4,\) from input of shape \(3,\)") as err:
-        _assign(np.zeros(3), np.zeros(4))
-    assert isinstance(err.value, SliceShapeError)
+    """Inside pmfast's compiles the error is SliceShapeError with numba's message; outside, numba's own."""
+    from pmfast.compiler import overloads, patching
+
+    overloads.install()
+    for scope, cls in ((patching.compiling, SliceShapeError), (contextlib.nullcontext, ValueError)):
+        with scope(), pytest.raises(ValueError, match=r"cannot assign slice of shape \(4,\) from input of shape \(3,\)") as err:
+            numba.njit(_assign.py_func)(np.zeros(3), np.zeros(4))
+        assert type(err.value) is cls
 
 
 @numba.njit(no_cpython_wrapper=True, no_cfunc_wrapper=True)
@@ -584,7 +590,7 @@ def test_raisers_are_cached_on_disk():
     """The error paths shared by every model are compiled once per machine (numba's disk cache)."""
     from numba.core.caching import FunctionCache
 
-    from pmfast.compiler import overloads
+    from pmfast.compiler import overloads, patching
 
     overloads.install()
     assert isinstance(ops._specify_shape_fail()._cache, FunctionCache)
@@ -593,32 +599,38 @@ def test_raisers_are_cached_on_disk():
 
     templates = cpu_target.typing_context.resolve_value_type(arrayobj.raise_with_shape_context).templates
     cpu = [t for t in templates if getattr(t, "metadata", {}).get("target") == "CPU"]
-    assert cpu[0]._jit_options.get("cache") is True
     (alloc,) = cpu_target.typing_context.resolve_value_type(arrayobj._ol_array_allocate).templates
-    assert alloc._jit_options.get("cache") is True
+    with patching.compiling():
+        assert cpu[0]._jit_options.get("cache") is True
+        assert alloc._jit_options.get("cache") is True
+    # numba's own outside pmfast's compiles
+    assert not cpu[0]._jit_options.get("cache") and not alloc._jit_options.get("cache")
+    assert alloc._overload_func is arrayobj._ol_array_allocate
 
 
 _ALLOC_PROBE = """
 import numba, numpy as np
+import contextlib, sys
 from numba.core import event
-from pmfast.compiler import overloads
+from pmfast.compiler import overloads, patching, subroutines
 overloads.install()
+subroutines.install()
 names = []
 class L(event.Listener):
     def on_start(self, ev):
         names.append(ev.data["dispatcher"].py_func.__qualname__)
     def on_end(self, ev):
         pass
-@numba.njit
 def f(n, m):
     a = np.empty(n)
     a[:] = np.ones(m)
     return a.sum()
 with event.install_listener("numba:compile", L()):
-    try:
-        f(3, 4)
-    except ValueError as e:
-        print(e)
+    with patching.compiling() if sys.argv[1] == "in" else contextlib.nullcontext():
+        try:
+            numba.njit(f)(3, 4)
+        except ValueError as e:
+            print(e)
 print(names)
 """
 
@@ -628,8 +640,12 @@ def test_allocator_and_slice_raiser_compiled_once_per_machine(tmp_path):
     import sys
 
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    runs = [subprocess.run([sys.executable, "-c", _ALLOC_PROBE], env=env, capture_output=True, text=True, check=True).stdout for _ in range(2)]
+    runs = [subprocess.run([sys.executable, "-c", _ALLOC_PROBE, scope], env=env, capture_output=True, text=True, check=True).stdout
+            for scope in ("in", "in", "out")]
     for out in runs:
         assert out.splitlines()[0] == "cannot assign slice of shape (4,) from input of shape (3,)"
-    assert "_array_allocate" in runs[0] and "_raise_slice_shape" in runs[0]
-    assert "_array_allocate" not in runs[1] and "_raise_slice_shape" not in runs[1]
+    assert "'_array_allocate'" in runs[0] and "'_raise_slice_shape'" in runs[0]
+    assert "'_array_allocate'" not in runs[1] and "'_raise_slice_shape'" not in runs[1]
+    # outside pmfast's compiles: numba's own implementations (its allocator closure, compiled again)
+    assert "'_array_allocate'" not in runs[2] and "'_raise_slice_shape'" not in runs[2]
+    assert "_ol_array_allocate.<locals>.impl" in runs[2] and "ol_raise_with_shape_context_cpu.<locals>.impl" in runs[2]

@@ -1,4 +1,8 @@
-"""pmfast's modules stand in layers: no cycle among module-level imports; the patch registry at the bottom."""
+"""pmfast's modules stand in layers: no import cycle, module-level or inside functions; the patch registry at the bottom.
+
+A function-level import (``from pmfast.linker import compile_salt`` inside a function) only delays a
+cycle to the first call; a module imports only what stands below it, wherever the import statement is.
+"""
 
 import ast
 from pathlib import Path
@@ -37,11 +41,13 @@ def _top_level_statements(body):
                 yield from _top_level_statements(handler.body)
 
 
-def _imports(module: str, path: Path, modules) -> set[str]:
-    """pmfast modules ``module`` imports when it is imported (``from pkg import sub`` names ``pkg.sub``)."""
+def _imports(module: str, path: Path, modules, everywhere: bool = False) -> set[str]:
+    """pmfast modules ``module`` imports when it is imported (``everywhere``: or in any function;
+    ``from pkg import sub`` names ``pkg.sub``)."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     out = set()
-    for node in _top_level_statements(ast.parse(path.read_text()).body):
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree) if everywhere else _top_level_statements(tree.body):
         if isinstance(node, ast.Import):
             out.update(_resolve(a.name, modules) for a in node.names if a.name.split(".")[0] == "pmfast")
         elif isinstance(node, ast.ImportFrom):
@@ -59,10 +65,11 @@ def _imports(module: str, path: Path, modules) -> set[str]:
     return out
 
 
-def import_graph() -> dict[str, set[str]]:
-    """pmfast's module-level import graph, built from the sources (nothing is imported)."""
+def import_graph(everywhere: bool = False) -> dict[str, set[str]]:
+    """pmfast's import graph, built from the sources (nothing is imported): module-level imports, or
+    (``everywhere``) every import statement, function-level ones included."""
     modules = _modules()
-    return {m: _imports(m, p, modules) for m, p in modules.items()}
+    return {m: _imports(m, p, modules, everywhere) for m, p in modules.items()}
 
 
 def cycles(graph) -> list[list[str]]:
@@ -121,6 +128,19 @@ def test_the_graph_holds_known_edges():
 def test_no_module_level_import_cycle():
     found = cycles(import_graph())
     assert not found, f"module-level import cycles among pmfast's modules: {found}"
+
+
+def test_no_import_cycle_through_function_level_imports():
+    found = cycles(import_graph(everywhere=True))
+    assert not found, f"import cycles among pmfast's modules (function-level imports included): {found}"
+
+
+def test_the_function_level_graph_holds_lazy_edges():
+    """The scan sees imports inside functions (the edges a module-level scan misses)."""
+    graph, lazy = import_graph(), import_graph(everywhere=True)
+    assert "pmfast.compiler.ops" in lazy["pmfast.linker"] and "pmfast.compiler.ops" not in graph["pmfast.linker"]
+    assert "pmfast.frontend" in lazy["pmfast.plugin"]
+    assert all(graph[m] <= lazy[m] for m in graph)
 
 
 def test_the_patch_registry_imports_nothing_of_pmfast():

@@ -1054,7 +1054,7 @@ def test_rewrite_never_raises(monkeypatch):
 
 
 def test_plugin_enables_on_stock_numba_mode():
-    from pmfast.mode import enabled
+    from pmfast.plugin import enabled
 
     inputs, outputs = _seed()
     with enabled(PASS):
@@ -1109,7 +1109,7 @@ def test_radon_like_model_logp_dlogp():
 def test_plugin_reaches_scan_inner_graph():
     from pytensor.scan.op import Scan
 
-    from pmfast.mode import enabled
+    from pmfast.plugin import enabled
 
     x = pt.dvector("x")
     idx = pt.lmatrix("idx")

@@ -39,6 +39,7 @@ NUMBA_MODULES = (
     "test_array_manipulation",
     "test_exceptions",
     "test_array_constants",
+    "test_extending",
 )
 PYTENSOR_PATHS = (
     "tests/tensor/test_extra_ops.py",

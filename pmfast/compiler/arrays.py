@@ -24,9 +24,8 @@ import re
 
 import numpy as np
 from numba import types
-from numba.extending import intrinsic
-
 from pmfast.compiler.native import _dtype_of
+from pmfast.compiler.pure import intrinsic
 
 _SCALARS = (types.Number, types.Boolean)
 
@@ -76,7 +75,7 @@ def _int_shape(shape) -> bool:
     return isinstance(shape, types.BaseTuple) and all(isinstance(s, types.Integer) for s in shape)
 
 
-@intrinsic
+@intrinsic(py=np.asarray)
 def asarray1(typingctx, a):
     """``np.asarray(a)``: a scalar as a new 0-d array, an array itself."""
     if isinstance(a, _SCALARS):
@@ -102,7 +101,7 @@ def _scalar_sig(a, dtype=None):
     return (arrty(a) if dtype is None else arrty(a, dtype)), codegen
 
 
-@intrinsic
+@intrinsic(py=np.array)
 def array1(typingctx, a):
     """``np.array(a)``: a scalar as a new 0-d array."""
     if isinstance(a, _SCALARS):
@@ -110,7 +109,7 @@ def array1(typingctx, a):
     return _fallback(typingctx, np.array, (a,))
 
 
-@intrinsic
+@intrinsic(py=np.array)
 def array2(typingctx, a, dtype):
     """``np.array(a, dtype)``: a scalar converted to ``dtype`` in a new 0-d array."""
     if isinstance(a, _SCALARS) and _dtype_of(dtype) is not None:
@@ -118,7 +117,7 @@ def array2(typingctx, a, dtype):
     return _fallback(typingctx, np.array, (a, dtype))
 
 
-@intrinsic
+@intrinsic(py=np.empty)
 def empty1(typingctx, shape):
     """``np.empty(shape)``: float64."""
     if _int_shape(shape):
@@ -126,7 +125,7 @@ def empty1(typingctx, shape):
     return _fallback(typingctx, np.empty, (shape,))
 
 
-@intrinsic
+@intrinsic(py=np.empty)
 def empty2(typingctx, shape, dtype):
     """``np.empty(shape, dtype)``."""
     if _int_shape(shape) and _dtype_of(dtype) is not None:
@@ -149,7 +148,7 @@ def _empty_sig(shape, dtype):
     return (arrty(shape) if dtype is None else arrty(shape, dtype)), codegen
 
 
-@intrinsic
+@intrinsic(py=np.full)
 def full3(typingctx, shape, value, dtype):
     """``np.full(shape, value, dtype)`` of a scalar ``value``: a new C array, every item ``value``
     converted to ``dtype`` (numba's ``np.full`` stores it item by item with the same conversion)."""
@@ -175,7 +174,7 @@ def full3(typingctx, shape, value, dtype):
     return arrty(shape, value, dtype), codegen
 
 
-@intrinsic
+@intrinsic(py=lambda a: np.array(a, order="C"))
 def copy1(typingctx, a):
     """``np.copy(a)`` of an array: a new C-contiguous copy (numba's own copy code, lowered in place)."""
     if not isinstance(a, types.Array):
@@ -190,7 +189,7 @@ def copy1(typingctx, a):
     return ret(a), codegen
 
 
-@intrinsic
+@intrinsic(py=np.ascontiguousarray)
 def ascontiguous1(typingctx, a):
     """``np.ascontiguousarray(a)`` of an array: numba's own code for it (the array itself when it is
     C-contiguous, checked at run time for layout 'A', else a C copy), lowered in place."""
@@ -276,7 +275,7 @@ def _unified(typingctx, values):
     return t if isinstance(t, _SCALARS) else None
 
 
-@intrinsic
+@intrinsic(py=lambda values, dtype: np.array(list(values), dtype))
 def tuple_array(typingctx, values, dtype):
     """``np.array([v0, v1, ...], dtype)`` of scalars, written ``tuple_array((v0, v1, ...), dtype)``: a new
     1-d C array; as numba, each value converted to the list's item type, then to ``dtype``."""

@@ -21,8 +21,9 @@ every machine).
 from __future__ import annotations
 
 from numba.core import cgutils, types
-from numba.extending import intrinsic
 from numba.np.arrayobj import load_item, make_array, populate_array, store_item
+
+from pmfast.compiler.pure import intrinsic
 
 #: Partial sums of :func:`lane_sum` (the order of its additions depends on it).
 LANES = 8
@@ -68,9 +69,19 @@ def _store_then_view(ndim: int):
     return typer
 
 
-store_cell = intrinsic(_store_then_view(0))
+def _store_cell_py(buf, k, value):
+    buf[k] = value
+    return buf[k, ...]
+
+
+def _store_slot_py(buf, k, value):
+    buf[k] = value
+    return buf[k : k + 1]
+
+
+store_cell = intrinsic(_store_then_view(0), py=_store_cell_py)
 store_cell.__doc__ = """``store_cell(buf, k, value)``: ``buf[k] = value``, then a 0-d view of ``buf[k]`` (``buf``: contiguous 1-d, no meminfo)."""
-store_slot = intrinsic(_store_then_view(1))
+store_slot = intrinsic(_store_then_view(1), py=_store_slot_py)
 store_slot.__doc__ = """``store_slot(buf, k, value)``: ``buf[k] = value``, then ``buf[k:k + 1]`` as a view without meminfo."""
 
 
@@ -107,6 +118,17 @@ def put_piece(typingctx, out, at, piece, n_out):
         return builder.load(result)
 
     return types.intp(out, at, piece, n_out), codegen
+
+
+@put_piece.python
+def _(out, at, piece, n_out):
+    if at + len(piece) > n_out:
+        return -1
+    from pmfast.compiler.native import _memory
+
+    dst = _memory(out, (n_out,), out.owner.dtype)
+    dst[at : at + len(piece)] = piece
+    return at + len(piece)
 
 
 @intrinsic
@@ -154,3 +176,16 @@ def lane_sum(typingctx, x):
         return builder.load(acc)
 
     return types.float64(x), codegen
+
+
+@lane_sum.python
+def _(x):
+    n = len(x) - len(x) % LANES
+    s = [0.0] * LANES
+    for i in range(0, n, LANES):
+        for k in range(LANES):
+            s[k] += float(x[i + k])
+    acc = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
+    for i in range(n, len(x)):
+        acc += float(x[i])
+    return acc

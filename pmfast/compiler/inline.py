@@ -139,7 +139,10 @@ def inline_version(dispatcher):
         return None
     if inner not in _inlined:
         options = {k: v for k, v in inner.targetoptions.items() if k in ("fastmath", "boundscheck", "error_model")}
-        _inlined[inner] = numba.njit(inline="always", **options)(inner.py_func)
+        copy = numba.njit(inline="always", **options)(inner.py_func)
+        if not isinstance(copy, _dispatcher_type()):  # numba's jit replaced (pure-python evaluation): not kept
+            return copy
+        _inlined[inner] = copy
     return _inlined[inner]
 
 

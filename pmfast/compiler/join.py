@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import hashlib
 
+import numpy as np
 from numba.core import cgutils, types
-from numba.extending import intrinsic
 from numba.np.arrayobj import make_array
 
 from pmfast.compiler.arity import MAX_ARITY
+from pmfast.compiler.pure import intrinsic
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
@@ -88,6 +89,11 @@ def concat_vectors(typingctx, pieces):
         return impl_ret_new_ref(context, builder, outty, out._getvalue())
 
     return outty(pieces), codegen
+
+
+@concat_vectors.python
+def _(pieces):
+    return np.concatenate(pieces)
 
 
 def join_source(n: int) -> str:

@@ -8,9 +8,11 @@ way to write glue code (see :mod:`pmfast.compiler.overloads`).
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import intrinsic
+
+from pmfast.compiler.pure import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
 #: Field index of the unwrap function in numba's ``excinfo_t`` (non-null for a dynamic exception).
@@ -64,6 +66,32 @@ def array_view(typingctx, address, shape, dtype):
         return ary._getvalue()
 
     return arrty(address, shape, dtype), codegen
+
+
+@array_view.python
+def _(address, shape, dtype):
+    return _memory(address, tuple(shape) if isinstance(shape, tuple) else (shape,), np.dtype(dtype))
+
+
+def _memory(address, shape, dtype, strides=None):
+    """Pure Python: an ndarray over the memory at ``address`` (an integer or a :class:`Pointer`)."""
+    import ctypes
+
+    shape = tuple(int(n) for n in shape)
+    if strides is None:
+        strides = tuple(int(np.prod(shape[k + 1 :], dtype=np.int64)) * dtype.itemsize for k in range(len(shape)))
+    extent = dtype.itemsize + sum((n - 1) * s for n, s in zip(shape, strides)) if all(shape) else 0
+    buffer = (ctypes.c_char * max(extent, 1)).from_address(int(address))
+    return np.ndarray(shape, dtype, buffer=buffer, strides=strides)
+
+
+class Pointer(int):
+    """Pure Python: what :func:`data_pointer` returns, the data's address (an ``int``), holding on to the array."""
+
+    def __new__(cls, ary):
+        self = super().__new__(cls, ary.__array_interface__["data"][0])
+        self.owner = ary
+        return self
 
 
 def _native_call(context, builder, address, argtys, args, error_code):
@@ -149,10 +177,10 @@ def dimshuffle(typingctx, x, spec):
         arrty0 = types.Array(x, 0, "C")
 
         def scalar_codegen(context, builder, sig, args):
-            from numba.np.arrayobj import _empty_nd_impl
+            from numba.np.arrayobj import _empty_nd_impl, store_item
 
             ary = _empty_nd_impl(context, builder, arrty0, [])
-            builder.store(args[0], ary.data)
+            store_item(context, builder, arrty0, args[0], ary.data)  # the data model's type (a bool is a byte)
             n_out = sig.return_type.ndim
             return _dimshuffle_codegen(context, builder, arrty0, sig.return_type, ary._getvalue(), [-1] * n_out, (), True)
 
@@ -171,6 +199,21 @@ def dimshuffle(typingctx, x, spec):
         return _dimshuffle_codegen(context, builder, x, outty, args[0], order, drop, new_ref=False)
 
     return outty(x, spec), codegen
+
+
+@dimshuffle.python
+def _(x, spec):
+    axes, dropped = spec.split("|")
+    order = [-1 if a == "x" else int(a) for a in axes.split(",") if a]
+    if not isinstance(x, np.ndarray):
+        x = np.array(x)
+        order = [-1] * len(order)
+    for d in (int(a) for a in dropped.split(",") if a):
+        if x.shape[d] != 1:
+            raise ValueError(DIMSHUFFLE_SQUEEZE_MSG)
+    shape = tuple(1 if o == -1 else x.shape[o] for o in order)
+    strides = tuple(0 if o == -1 else x.strides[o] for o in order)
+    return np.lib.stride_tricks.as_strided(x, shape, strides, writeable=x.flags.writeable)
 
 
 def _dimshuffle_codegen(context, builder, xty, outty, value, order, drop, new_ref):
@@ -218,6 +261,11 @@ def empty(typingctx, shape, dtype):
     return arrty(shape, dtype), codegen
 
 
+@empty.python
+def _(shape, dtype):
+    return np.empty(shape, dtype)
+
+
 @intrinsic(prefer_literal=True)
 def stack_buffer(typingctx, n, dtype):
     """``stack_buffer(n, dtype)``: ``n`` slots of ``dtype`` in the calling function's stack frame, as a 1-d array.
@@ -245,6 +293,11 @@ def stack_buffer(typingctx, n, dtype):
     return arrty(n, dtype), codegen
 
 
+@stack_buffer.python
+def _(n, dtype):
+    return np.empty(n, dtype)
+
+
 @intrinsic
 def cell(typingctx, ary, k):
     """``cell(ary, k)``: a 0-d view of element ``k`` of the contiguous 1-d array ``ary`` (no meminfo)."""
@@ -261,6 +314,11 @@ def cell(typingctx, ary, k):
         return out._getvalue()
 
     return outty(ary, k), codegen
+
+
+@cell.python
+def _(ary, k):
+    return ary[k, ...]
 
 
 @intrinsic
@@ -293,6 +351,13 @@ def c_reshape(typingctx, ary, shape):
     return outty(ary, shape), codegen
 
 
+@c_reshape.python
+def _(ary, shape):
+    out = ary.view()
+    out.shape = tuple(shape)  # a view of the same memory, never a copy
+    return out
+
+
 @intrinsic
 def data_pointer(typingctx, ary):
     """``data_pointer(ary)``: the array's data as a ``CPointer`` of its dtype (for calls into C-ABI code)."""
@@ -304,6 +369,11 @@ def data_pointer(typingctx, ary):
         return make_array(ary)(context, builder, args[0]).data
 
     return ptrty(ary), codegen
+
+
+@data_pointer.python
+def _(ary):
+    return Pointer(ary)
 
 
 @intrinsic
@@ -354,3 +424,12 @@ def blas_dgemv(typingctx, trans, m, n, a, lda, x, y):
         return context.get_dummy_value()
 
     return types.none(trans, m, n, a, lda, x, y), codegen
+
+
+@blas_dgemv.python
+def _(trans, m, n, a, lda, x, y):
+    f64 = np.dtype(np.float64)
+    matrix = _memory(a, (m, n), f64, (8, 8 * lda))
+    if trans == "t":
+        m, n, matrix = n, m, matrix.T
+    _memory(y, (m,), f64)[:] = matrix @ _memory(x, (n,), f64)

@@ -167,9 +167,10 @@ def _vectorized_source(op, node, scalar_fn, scalar_key) -> tuple[str, dict]:
     from pytensor import config
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
-    from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals
+    from pytensor.link.numba.dispatch.vectorize_codegen import encode_literals
 
-    from pmfast.linker import compile_salt
+    from pmfast.compiler import pure
+    from pmfast.compiler.salt import compile_salt
 
     nin, nout = len(node.inputs), len(node.outputs)
     ins, outs, temps = ([f"_pm_{c}{k}" for k in range(n)] for c, n in (("i", nin), ("o", nout), ("t", nout)))
@@ -195,7 +196,7 @@ def _vectorized_source(op, node, scalar_fn, scalar_key) -> tuple[str, dict]:
         f"    return _vectorized(core, IBC, OBC, ODT, INPLACE, True, (), ({args},), CORE_SHAPES, None)\n"
     )
     env = dict(zip(("IBC", "OBC", "ODT", "INPLACE"), map(encode_literals, literals), strict=True))
-    env.update(_vectorized=_vectorized, core=core, CORE_SHAPES=tuple(() for _ in range(nout)))
+    env.update(_vectorized=pure.vectorized(), core=core, CORE_SHAPES=tuple(() for _ in range(nout)))
     return src + "\n# core:\n" + core_src, env
 
 
@@ -502,6 +503,10 @@ def scalar_funcify_and_cache_key(op, node):
     if node is None or type(op) is not Psi:
         return None
     if not all(v.type.dtype == "float64" for v in (*node.inputs, *node.outputs)):
+        return None
+    from pmfast.compiler.pure import jit_off
+
+    if jit_off():  # pmfast.vmath's psi is jitted on import: not a function that runs as plain Python
         return None
     from pmfast.vmath import special
 

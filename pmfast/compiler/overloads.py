@@ -18,14 +18,31 @@ Python formats the message when the exception reaches it. It is a
 compiled with ``cache=True``: once per machine, not once per process. So is
 numba's array allocator (``Array._allocate``, which every new array calls),
 whose implementation numba wrote as a closure: here the same code as a
-module-level function. Process-wide and
-idempotent: a lowering registered with numba's CPU target is found by every
-later compile, the user's included, and numba has no way to unregister one
-(and a function already typed against it keeps it); scoping it would also make
-a user's function compiled inside and outside a pmfast compile differ. The
-replacement raises the same exception class with the same message, which
-numba's own ``test_array_manipulation``/``test_exceptions``/``test_array_constants``
-check (``tools/owner_tests.py``); :data:`VERSION` goes into every cache key pmfast writes.
+module-level function.
+
+Both act only inside pmfast's compiles (:func:`pmfast.compiler.patching.compiling`):
+a function compiled with them calls (and its cache entry refers to) code of
+this module, and a user's function or a stock pytensor node function compiled
+with them would write cache entries that a process without pmfast cannot load
+(``ModuleNotFoundError: pmfast``). numba offers no way to remove a registered
+lowering, so :func:`install` makes the two templates answer per scope: their
+overload function and jit options are pmfast's inside a pmfast compile and
+numba's own outside it and in every other thread (:class:`_PerScope`). numba
+resolves both overloads while it lowers the call (the allocator's method
+lowering types it again; the slice raiser is typed by the setitem lowering
+itself), so a function is typed and lowered with the implementation of the
+scope it is compiled in. What numba memoises must not carry one scope's code
+into the other: an overload's compiled implementation per signature (the
+template's ``_impl_cache``: ``np.zeros``'s implementation allocates) is kept
+apart inside pmfast's compiles (:func:`_get_impl`), and so are the internal
+subroutines (:mod:`pmfast.compiler.subroutines`). Not kept apart: numba
+functions that are module-level dispatchers of a library (compiled once per
+signature and then shared), when one is first compiled inside a pmfast compile
+and allocates. The replacement raises the same exception
+class with the same message, which numba's own
+``test_array_manipulation``/``test_exceptions``/``test_array_constants`` check
+with it active (``tools/owner_tests.py``); :data:`VERSION` goes into every cache
+key pmfast writes.
 
 :func:`plain_errors` is a context for pmfast's compiles: numba formats an
 error message for every typing attempt that fails on the way to the one
@@ -91,8 +108,46 @@ def _array_allocate(cls, allocsize, align):
 _intrin_alloc = None
 
 
+class _PerScope:
+    """A class attribute of an overload template that is ``inside`` in a pmfast compile, ``outside`` otherwise."""
+
+    def __init__(self, outside, inside):
+        self.outside, self.inside = outside, inside
+
+    def __get__(self, obj, cls=None):
+        from pmfast.compiler.patching import active
+
+        return self.inside if active() else self.outside
+
+
+def _scope_template(template, overload_func) -> None:
+    """``template`` (an overload's template class) resolving to ``overload_func`` with ``cache=True`` inside
+    pmfast's compiles, and exactly as before outside."""
+    for name in ("_overload_func", "_jit_options"):
+        if isinstance(template.__dict__.get(name), _PerScope):
+            raise RuntimeError(f"{template.__name__}.{name} is already scoped")
+    template._overload_func = _PerScope(template.__dict__["_overload_func"].__func__, overload_func)
+    template._jit_options = _PerScope(template.__dict__["_jit_options"], {**template.__dict__["_jit_options"], "cache": True})
+
+
+#: Template class -> its implementation cache inside pmfast's compiles (numba's dict is the class's own).
+_impl_caches: dict = {}
+
+
+def _get_impl(numba_get_impl):
+    """numba's ``_OverloadFunctionTemplate._get_impl`` reading and filling, inside pmfast's compiles,
+    an implementation cache per template class kept here: a template is instantiated per resolution,
+    and the instance's ``_impl_cache`` shadows the class's for that resolution only."""
+
+    def get_impl(self, args, kws):
+        self._impl_cache = _impl_caches.setdefault(type(self), {})
+        return numba_get_impl(self, args, kws)
+
+    return get_impl
+
+
 def install() -> None:
-    """Replace the overloads listed in this module's docstring (once per process)."""
+    """Give the overloads listed in this module's docstring pmfast's implementations inside its compiles (once)."""
     global _installed, _intrin_alloc
     if _installed:
         return
@@ -105,14 +160,16 @@ def install() -> None:
     cpu = [t for t in templates if getattr(t, "metadata", {}).get("target") == "CPU"]
     if len(cpu) != 1:
         raise RuntimeError(f"numba's raise_with_shape_context has {len(cpu)} CPU overloads, expected 1")
-    cpu[0]._overload_func = staticmethod(_raise_with_shape_context)
-    # numba compiles an overload's implementation per signature in every process (0.03 CPU s of
-    # each model's compile on a used machine); cached, it is compiled once per machine
-    cpu[0]._jit_options = {**cpu[0]._jit_options, "cache": True}
     _intrin_alloc = arrayobj.intrin_alloc
     (alloc,) = typing.resolve_value_type(arrayobj._ol_array_allocate).templates
-    alloc._overload_func = staticmethod(_array_allocate_overload)
-    alloc._jit_options = {**alloc._jit_options, "cache": True}
+    _scope_template(cpu[0], _raise_with_shape_context)
+    _scope_template(alloc, _array_allocate_overload)
+    from numba.core.typing.templates import _OverloadFunctionTemplate
+
+    from pmfast.compiler.patching import scoped
+
+    numba_get_impl = _OverloadFunctionTemplate._get_impl
+    _OverloadFunctionTemplate._get_impl = scoped(numba_get_impl, _get_impl(numba_get_impl))
     _installed = True
 
 

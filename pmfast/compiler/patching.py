@@ -95,16 +95,23 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "numba.np.arrayobj:raise_with_shape_context",
         "pmfast.compiler.overloads",
-        "the slice-assignment error path's message formatting was ~5 s of every cold compile; cached on disk (process-wide: a lowering registered with numba's target is typed into every later function and cannot be unregistered; same message, same exception class)",
-        "process",
+        "the slice-assignment error path's message formatting was ~5 s of every cold compile; cached on disk (same message, same exception class; the overload's template answers per scope, its implementation cache included)",
+        "compile",
         _NUMBA_OVERLOADS,
     ),
     Patch(
         "numba.np.arrayobj:_ol_array_allocate",
         "pmfast.compiler.overloads",
-        "the array allocator's overload, compiled in every process, cached on disk instead (process-wide: an overload numba has typed into user code stays there; the same code)",
-        "process",
+        "the array allocator's overload, compiled in every process, cached on disk instead (the same code; the overload's template answers per scope, its implementation cache included)",
+        "compile",
         _NUMBA_OVERLOADS,
+    ),
+    Patch(
+        "numba.core.typing.templates:_OverloadFunctionTemplate._get_impl",
+        "pmfast.compiler.overloads",
+        "overload implementations compiled inside pmfast's compiles (with its allocator and slice raiser) are memoised apart from numba's: neither scope reuses the other's compiled code",
+        "compile",
+        ("numba.tests.test_extending", "numba.tests.test_array_manipulation"),
     ),
     Patch(
         "numba.core.base:BaseContext.subtarget",
@@ -163,6 +170,20 @@ PATCHES: tuple[Patch, ...] = (
         ("tests/link/numba/test_scalar.py::test_power_fastmath_bug",),
     ),
     Patch(
+        "pytensor.link.numba.dispatch.basic:direct_cast, tuple_setitem",
+        "pmfast.compiler.pure",
+        "only with NUMBA_DISABLE_JIT=1, where nothing is compiled: the intrinsics pytensor's node functions call at run time get a pure-python version (the same intrinsics for numba), so a model evaluates as plain Python; pytensor's suite replaces them the same way for its pure-python evaluation",
+        "process",
+        ("tests/link/numba/",),
+    ),
+    Patch(
+        "pytensor.link.numba.dispatch.basic:numba_njit",
+        "pmfast.compiler.pure",
+        "only with NUMBA_DISABLE_JIT=1, while pmfast's linker converts a graph: the plain function numba returns gets the py_func pytensor reads (stock pytensor fails there with AttributeError)",
+        "compile",
+        ("tests/link/numba/",),
+    ),
+    Patch(
         "numba.core.errors:_termcolor_inst",
         "pmfast.compiler.overloads",
         "numba's error messages without terminal colour codes while pmfast compiles",
@@ -211,7 +232,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "nutpie:compile_pymc_model",
-        "pmfast.mode",
+        "pmfast.plugin",
         "the plugin: pm.sample(nuts_sampler=\"nutpie\") compiles through pmfast.compile (other backends go to nutpie's own)",
         "enabled",
     ),

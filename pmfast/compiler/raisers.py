@@ -58,6 +58,10 @@ def shape_fail():
     """The jitted :func:`_raise_shape_error` (``void(int64, int64, int64, int64)``, cached on disk)."""
     if not _FAIL:
         import numba
+        from numba.core.dispatcher import Dispatcher
 
-        _FAIL.append(numba.njit("void(int64, int64, int64, int64)", cache=True, no_cfunc_wrapper=True)(_raise_shape_error))
+        fn = numba.njit("void(int64, int64, int64, int64)", cache=True, no_cfunc_wrapper=True)(_raise_shape_error)
+        if not isinstance(fn, Dispatcher):  # numba's jit off (NUMBA_DISABLE_JIT, or replaced): plain Python, not kept
+            return fn
+        _FAIL.append(fn)
     return _FAIL[0]

@@ -27,10 +27,10 @@ import hashlib
 import numpy as np
 
 from numba.core import cgutils, types
-from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
 from pmfast.compiler import raisers
+from pmfast.compiler.pure import intrinsic
 from pmfast.compiler.raisers import SplitSizeError  # noqa: F401  (raised by the jitted check)
 
 #: Bump when the generated code changes (part of the cache key).
@@ -75,6 +75,11 @@ def slice_axis(typingctx, x, axis, start, stop):
         return impl_ret_borrowed(context, builder, outty, out._getvalue())
 
     return outty(x, axis, start, stop), codegen
+
+
+@slice_axis.python
+def _(x, axis, start, stop):
+    return x[(slice(None),) * axis + (slice(start, stop),)]
 
 
 def split_source(ndim: int, axis: int, n: int) -> str:

@@ -88,7 +88,9 @@ try:
     from pytensor import config
     from pytensor.scalar.basic import get_scalar_type
 
+    import pmfast.vmath  # noqa: F401  (its kernels jitted now, never during a conversion with numba's jit replaced)
     from pmfast.compiler.arrays import VERSION as arrays_version
+    from pmfast.compiler.pure import jit_off
     from pmfast.compiler.arrays import rewrite_source  # numpy's constructors without numba's generic code
     from pmfast.loops.stack import stack_array
 
@@ -106,7 +108,7 @@ try:
             from pmfast.vmath import KERNELS
             from pmfast.vmath.ops import SUBSTITUTES
 
-            if vector:
+            if vector and not jit_off():  # jit off: the kernels (jitted on import) can't run as Python
                 return KERNELS[op.kernel]
             stock = next(b for b in type(op).__mro__ if b in SUBSTITUTES)
             op = stock(op.output_types_preference, name=op.name)
@@ -178,9 +180,12 @@ try:
             ).hexdigest()
         if form == "chunked":
             env["prange"] = numba.prange
+            # a kernel compiled in another process exists only for compiled code (not under pytensor's
+            # pure-python evaluation or NUMBA_DISABLE_JIT, where every function is plain Python)
+            deferrable = DEFERRED and config.numba__cache and not jit_off()
             for fname, fsrc in sources[:-1]:
                 flags = {"parallel": True} if fname.endswith("_blocks") else {}
-                if fname.endswith("_kernel") and threads == 1 and key is not None and DEFERRED and config.numba__cache:
+                if fname.endswith("_kernel") and threads == 1 and key is not None and deferrable:
                     # globals of its own, named after a module: numba can rebuild its environment
                     # from the cache in another process
                     kenv = {**env, "__name__": __name__}

@@ -13,10 +13,12 @@ escape the function that created it.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
+
+from pmfast.compiler.pure import intrinsic
 
 
 @intrinsic
@@ -41,3 +43,8 @@ def stack_array(typingctx, n, dtype):
         return ary._getvalue()
 
     return arrty(n, dtype), codegen
+
+
+@stack_array.python
+def _(n, dtype):
+    return np.empty(n, dtype)

@@ -10,10 +10,12 @@ coefficients are constants in the IR.
 
 from __future__ import annotations
 
+import numpy as np
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
-from numba.extending import intrinsic
+
+from pmfast.compiler.pure import intrinsic
 
 _F64 = ir.DoubleType()
 _I64 = ir.IntType(64)
@@ -36,6 +38,11 @@ def as_int(typingctx, x):
     return types.int64(types.float64), codegen
 
 
+@as_int.python
+def _(x):
+    return np.float64(x).view(np.int64)
+
+
 @intrinsic
 def as_float(typingctx, i):
     """An int64's bits as a float64."""
@@ -49,6 +56,11 @@ def as_float(typingctx, i):
     return types.float64(i), codegen
 
 
+@as_float.python
+def _(i):
+    return np.int64(i).view(np.float64)
+
+
 @intrinsic
 def fma(typingctx, a, b, c):
     """``a * b + c`` rounded once."""
@@ -59,6 +71,24 @@ def fma(typingctx, a, b, c):
         return _fma(builder, *args)
 
     return types.float64(types.float64, types.float64, types.float64), codegen
+
+
+@fma.python
+def fma_py(a, b, c):
+    """``a * b + c`` rounded once, in Python: exact rational arithmetic, then one rounding."""
+    import math
+    from fractions import Fraction
+
+    a, b, c = float(a), float(b), float(c)
+    if not all(map(math.isfinite, (a, b, c))):
+        return np.float64(a * b + c)
+    exact = Fraction(a) * Fraction(b) + Fraction(c)
+    if exact == 0:  # the sign of a zero: IEEE's rules, which the rounded operations follow here
+        return np.float64(a * b + c) if a * b == 0 else np.float64(0.0)
+    try:
+        return np.float64(float(exact))
+    except OverflowError:
+        return np.float64(math.inf if exact > 0 else -math.inf)
 
 
 @intrinsic
@@ -78,6 +108,11 @@ def select(typingctx, cond, a, b):
     return t(cond, a, b), codegen
 
 
+@select.python
+def _(cond, a, b):
+    return np.result_type(a, b).type(a if cond else b)
+
+
 def horner(coeffs):
     """An intrinsic ``p(v)`` evaluating the polynomial ``coeffs`` (low order first) by Horner's rule with fma."""
     coeffs = tuple(float(c) for c in coeffs)
@@ -94,6 +129,13 @@ def horner(coeffs):
             return acc
 
         return types.float64(types.float64), codegen
+
+    @poly.python
+    def _(v):
+        acc = coeffs[-1]
+        for c in reversed(coeffs[:-1]):
+            acc = fma_py(acc, v, c)
+        return np.float64(acc)
 
     return poly
 
@@ -141,5 +183,17 @@ def piecewise_horner(tables):
             return context.make_tuple(builder, pair, [hi, lo])
 
         return pair(types.float64, piece), codegen
+
+    @poly.python
+    def _(v, piece):
+        table = tables[piece] if 0 <= piece < len(tables) - 1 else tables[-1]  # the selects' default
+        rest = table[n - 1]
+        for j in range(n - 2, 0, -1):
+            rest = fma_py(rest, v, table[j])
+        c0, v = np.float64(table[0]), np.float64(v)
+        t = v * rest
+        tl = fma_py(v, rest, -t)
+        hi = c0 + t
+        return hi, (c0 - hi + t) + tl
 
     return poly

@@ -142,6 +142,6 @@ def cache_key() -> str:
     """The numba cache key of :func:`psi` (changes with any pmfast.vmath source)."""
     from hashlib import sha256
 
-    from pmfast.vmath import VERSION
+    from pmfast.vmath._cache import VERSION
 
     return sha256(str(("pmfast.vmath", "psi", VERSION)).encode()).hexdigest()
