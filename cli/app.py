@@ -195,6 +195,8 @@ def bench(
     draws: Annotated[int, typer.Option(help="--sampler: draws per chain of the long run.")] = 1000,
     short: Annotated[int, typer.Option(help="--sampler: tuning and draws per chain of the short runs.")] = 200,
     seed: Annotated[int, typer.Option(help="--sampler: random seed, the same for every side.")] = 1,
+    length: Annotated[Optional[list[str]], typer.Option("--length", help="--sampler: a model's own run lengths, NAME=TUNE,DRAWS[,SHORT] (repeatable; NAME is the file's stem).")] = None,
+    timeout: Annotated[float, typer.Option(help="--sampler: seconds after which a side's worker is stopped (its row says so).")] = 3600.0,
 ):
     """Compare pmfast against stock nutpie/pytensor per model: compile time, peak RSS, eval time, parity.
 
@@ -213,9 +215,10 @@ def bench(
     if sampler:
         from pmfast.cli.sampler import bench_sampler
 
-        return bench_sampler(model_specs, passes, json_out, plot, catalogue, core, models_, sides, chains, tune, draws, short, seed)
-    if catalogue is not None or core or models_ is not None:
-        fail("--catalogue, --core and --models need --sampler")
+        return bench_sampler(model_specs, passes, json_out, plot, catalogue, core, models_, sides, chains, tune, draws, short, seed,
+                             length, timeout)
+    if catalogue is not None or core or models_ is not None or length:
+        fail("--catalogue, --core, --models and --length need --sampler")
 
     if repeats < measure.MIN_REPEATS:
         fail(f"--repeats must be at least {measure.MIN_REPEATS}, got {repeats}")

@@ -37,22 +37,37 @@ LONG = (300, 300)
 SHORT = (100, 100)
 #: A side's long run is shortened (fewer draws, never skipped) when the short run predicts more than this.
 BUDGET_S = 120.0
+#: A side's worker is stopped after this many seconds; its row then says so.
+TIMEOUT_S = 3600.0
+#: The start of the error a model with discrete free variables gets: no side can sample it with NUTS alone.
+NOT_NUTS = "not NUTS-able"
 
 
 class SamplerBenchError(RuntimeError):
     """A sampler-bench worker failed; the message says which model and side."""
 
 
-def core_models(catalogue: Path) -> list[str]:
-    """The continuous models of the catalogue's BENCHMARK_CORE.md, as file paths (``models/<name>.py``)."""
+def core_models(catalogue: Path, discrete: bool = True) -> list[str]:
+    """The models of the catalogue's BENCHMARK_CORE.md, as file paths, in its order.
+
+    Those under ``models/`` are continuous; those under ``models_*/`` (``models_discrete/``) are kept
+    unless ``discrete`` is false: the bench reports them as not NUTS-able instead of sampling them.
+    """
     from pmfast.loading import LoadError
 
     index = Path(catalogue) / "BENCHMARK_CORE.md"
     if not index.is_file():
         raise LoadError(f"no BENCHMARK_CORE.md in the catalogue {catalogue}: --core needs it")
     text = index.read_text()
-    names = re.findall(r"`(models/[A-Za-z0-9_]+\.py)`", text)
+    names = re.findall(r"`(models(?:_[a-z]+)?/[A-Za-z0-9_]+\.py)`", text)
+    if not discrete:
+        names = [n for n in names if n.startswith("models/")]
     return [str(Path(catalogue) / n) for n in dict.fromkeys(names)]
+
+
+def discrete_variables(model) -> list[str]:
+    """Names of the model's free variables with integer dtypes (NUTS cannot sample them)."""
+    return [v.name for v in model.free_RVs if not v.dtype.startswith("float")]
 
 
 def compile_side(model, side: str):
@@ -108,6 +123,9 @@ def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed:
     from pmfast.loading import load_model
 
     model, _ = load_model(spec)
+    discrete = discrete_variables(model)
+    if discrete:
+        raise ValueError(f"{NOT_NUTS}: discrete free variables {', '.join(discrete)} (nutpie samples continuous ones only)")
     t0 = time.perf_counter()
     compiled = compile_side(model, side)
     compile_s = time.perf_counter() - t0
@@ -173,7 +191,7 @@ def agreement(a: dict, b: dict) -> float:
     return worst
 
 
-def worker(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float) -> dict:
+def worker(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float, timeout: float = TIMEOUT_S) -> dict:
     """:func:`run_side` in a fresh process with fresh caches; the result, or :class:`SamplerBenchError`."""
     from pmfast.bench import BLAS_ONE_THREAD, cold_env, run_worker
 
@@ -181,19 +199,55 @@ def worker(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: i
     cmd += ["--long", f"{long[0]},{long[1]}", "--short", f"{short[0]},{short[1]}", "--budget", str(budget)]
     with tempfile.TemporaryDirectory(prefix="pmfast-sampler-") as cache:
         env = cold_env({**BLAS_ONE_THREAD, **os.environ}, cache)
-        return run_worker(cmd, env, f"{Path(spec).name} ({side})", SamplerBenchError)
+        return run_worker(cmd, env, f"{Path(spec).name} ({side})", SamplerBenchError, timeout=timeout)
 
 
-def compare(specs, sides=SIDES, chains=1, long=LONG, short=SHORT, seed=0, budget=BUDGET_S, progress=None) -> list[dict]:
-    """Per model, every side in its own fresh process; ratios and posterior agreement against stock."""
+def model_name(spec: str) -> str:
+    """The name a spec is known by in ``lengths``: a file's stem, or a zoo name without its size arguments."""
+    head = spec.partition(":")[0]
+    return Path(head).stem if head.endswith(".py") else head
+
+
+def parse_lengths(items) -> dict:
+    """``NAME=TUNE,DRAWS[,SHORT]`` items as {name: ((tune, draws), (short, short) or None)}."""
+    out = {}
+    for item in items or ():
+        name, eq, rest = item.partition("=")
+        try:
+            numbers = [int(x) for x in rest.split(",")]
+            if not eq or not name.strip() or len(numbers) not in (2, 3) or min(numbers) < 1:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"bad run length {item!r}; expected NAME=TUNE,DRAWS or NAME=TUNE,DRAWS,SHORT (positive)") from None
+        if len(numbers) == 3 and 2 * numbers[2] >= numbers[0] + numbers[1]:
+            raise ValueError(f"bad run length {item!r}: the short run ({numbers[2]}) must be shorter than the long one")
+        out[name.strip()] = ((numbers[0], numbers[1]), (numbers[2], numbers[2]) if len(numbers) == 3 else None)
+    return out
+
+
+def compare(specs, sides=SIDES, chains=1, long=LONG, short=SHORT, seed=0, budget=BUDGET_S, progress=None,
+            lengths=None, timeout=TIMEOUT_S, on_row=None) -> list[dict]:
+    """Per model, every side in its own fresh process; ratios and posterior agreement against stock.
+
+    ``lengths``: per model name (:func:`model_name`), its own long run and short run (see
+    :func:`parse_lengths`). A model no side can sample (discrete free variables) is tried once and
+    reported with that error on every side. ``on_row(results so far)`` is called after each model.
+    """
     results = []
     for spec in specs:
         row = {"model": spec, "sides": {}, "errors": {}}
+        own_long, own_short = (lengths or {}).get(model_name(spec), (None, None))
+        m_long, m_short = own_long or long, own_short or short
+        if own_long is not None:
+            row["lengths"] = {"long": list(m_long), "short": list(m_short)}
         for side in sides:
             if progress is not None:
                 progress(spec, side)
+            if any(e.partition(": ")[2].startswith(NOT_NUTS) for e in row["errors"].values()):
+                row["errors"][side] = next(iter(row["errors"].values()))
+                continue
             try:
-                row["sides"][side] = worker(spec, side, chains, long, short, seed, budget)
+                row["sides"][side] = worker(spec, side, chains, m_long, m_short, seed, budget, timeout)
             except SamplerBenchError as exc:
                 row["errors"][side] = str(exc)
         stock = row["sides"].get("stock")
@@ -205,6 +259,8 @@ def compare(specs, sides=SIDES, chains=1, long=LONG, short=SHORT, seed=0, budget
         for r in row["sides"].values():
             r.pop("posterior")
         results.append(row)
+        if on_row is not None:
+            on_row(results)
     return results
 
 
