@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from inspect import cleandoc
 import os
 import time
 from pathlib import Path
@@ -452,6 +453,31 @@ def list_models():
     width = max(map(len, models.ZOO))
     for name, line in models.describe():
         typer.echo(f"{'*' if name == models.DEFAULT else ' '} {name:<{width}}  {line}")
+
+
+def reflow(doc: str | None) -> str | None:
+    """``doc`` with each paragraph on one line, so rich wraps it to the terminal as prose.
+
+    typer keeps a docstring's single line breaks, and rich then wraps each source line on its own:
+    sentences broken mid-way. Lines that start a list item (``-``, ``*``) or are indented (code)
+    keep their own line.
+    """
+    if doc is None:
+        return None
+    paragraphs = []
+    for paragraph in cleandoc(doc).split("\n\n"):
+        lines = []
+        for line in paragraph.splitlines():
+            if lines and not line.startswith((" ", "-", "*", "\b")):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+for _command in app.registered_commands:
+    _command.callback.__doc__ = reflow(_command.callback.__doc__)
 
 
 def main():
