@@ -183,7 +183,7 @@ SAMPLER_COLUMNS = ("model", "side", "compile s", "per gradient µs (× stock)", 
 def sampler_table(results, means) -> list[str]:
     """The sampler bench as markdown lines: one row per model and side, then the geometric means.
 
-    First run = compile + the long run + the first call's extra; agreement = largest |Δmean| of the
+    First run = compile + the first call's extra + start-up + the gradients of a 1000 + 1000 run; agreement = largest |Δmean| of the
     long run's posterior against stock's, in Monte-Carlo standard errors."""
     lines = ["| " + " | ".join(SAMPLER_COLUMNS) + " |", "|---|---|" + "---:|" * (len(SAMPLER_COLUMNS) - 2)]
     for r in results:

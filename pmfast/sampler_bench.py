@@ -1,13 +1,14 @@
 """Per-gradient time inside nutpie's sampler: pmfast against stock nutpie (numba) and nutpie's JAX backend.
 
 Each side of each model runs in its own process with an empty pytensor compiledir and numba cache
-(:func:`pmfast.bench.cold_env`): compile, then two ``nutpie.sample`` runs with the same seed and chains,
-a short one, a long one, and the short one again. Sampling wall over the sum of ``n_steps`` (warmup and
-draws) mixes the sampler's start-up into the per-gradient figure, so the figure is the difference of the
-long and the second short run's walls over the difference of their step counts; start-up is what the
-second short run spent beyond that, and the first call's extra (once per process: lazily compiled code,
-cache loading) is the first short run's wall less the second's. First run = compile + first-call extra +
-the long run: what a first ``nutpie.sample`` of the long run's length costs in a fresh process.
+(:func:`pmfast.bench.cold_env`): compile, then ``nutpie.sample`` runs with the same seed and chains: a short
+one, then (long, short) pairs. Sampling wall over the sum of ``n_steps`` (warmup and draws) mixes the
+sampler's start-up into the per-gradient figure, so the figure is the difference of a long and a short
+run's walls over the difference of their step counts (the median over the pairs); start-up is what the
+short run spent beyond that, and the first call's extra (once per process: lazily compiled code, cache
+loading) is the first short run's wall less the later ones'. Tiny models' long runs are lengthened and
+heavy ones' shortened (:func:`run_lengths`). First run = compile + first-call extra + start-up + the
+gradients of a 1000 + 1000 run: what a first ``nutpie.sample`` costs in a fresh process.
 
 The first-call extra is the same on every side (~0.2–0.7 s): xarray's first ``DataArray`` in a process
 imports ``dask.array`` to check for duck arrays. Nothing compiles then (tests/test_sampler_bench.py).
@@ -37,6 +38,12 @@ LONG = (300, 300)
 SHORT = (100, 100)
 #: A side's long run is shortened (fewer draws, never skipped) when the short run predicts more than this.
 BUDGET_S = 120.0
+#: The (tune, draws) a first run is quoted for (issue 27: compile + 2 chains × (1000 + 1000)).
+FIRST_RUN = (1000, 1000)
+#: A long run the first short run predicts under this many seconds is lengthened (up to 30×).
+MIN_WALL_S = 3.0
+#: (long, short) pairs timed when they are cheap; per gradient is their median.
+PAIRS = 3
 #: A side's worker is stopped after this many seconds; its row then says so.
 TIMEOUT_S = 3600.0
 #: The start of the error a model with discrete free variables gets: no side can sample it with NUTS alone.
@@ -118,8 +125,35 @@ def scalar_summary(trace) -> dict:
     return out
 
 
-def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float = BUDGET_S) -> dict:
-    """Compile, run the short then the long sample; the per-gradient time and start-up from the two."""
+def run_lengths(wall_first: float, short: tuple, long: tuple, budget: float = BUDGET_S, min_wall: float = MIN_WALL_S) -> tuple:
+    """The long run's (tune, draws) and how many (long, short) pairs to time, from the first short run's wall.
+
+    A long run the short one predicts to last more than ``budget`` is shortened (never below the short
+    run); one predicted under ``min_wall`` (tiny models: a 600-draw run lasts 0.05 s, where a loaded
+    machine's jitter is the figure) is lengthened, up to 30×; runs predicted under ``budget / 4``
+    are timed :data:`PAIRS` times.
+    """
+    tune, draws = long
+    estimate = wall_first * (tune + draws) / max(sum(short), 1)
+    if estimate > budget:
+        scale = budget / estimate
+        tune, draws = max(short[0] + 1, int(tune * scale)), max(short[1] + 1, int(draws * scale))
+    elif 0 < estimate < min_wall:
+        scale = min(min_wall / estimate, 30.0)
+        tune, draws = int(tune * scale), int(draws * scale)
+    estimate = wall_first * (tune + draws) / max(sum(short), 1)
+    return (tune, draws), PAIRS if estimate < budget / 4 else 1
+
+
+def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float = BUDGET_S,
+             first_run: tuple = FIRST_RUN) -> dict:
+    """Compile, run the short then (long, short) pairs; the per-gradient time and start-up from them.
+
+    Per gradient is the median over the pairs of (long wall - short wall) / (long steps - short steps);
+    every run has the same seed, so the same steps. First run = compile + the first call's extra +
+    start-up + per gradient × the steps of a ``first_run`` = (tune, draws) run, those at the long
+    run's steps per draw (``first_run_measured_s``: the same with the long run itself).
+    """
     from pmfast.loading import load_model
 
     model, _ = load_model(spec)
@@ -130,27 +164,35 @@ def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed:
     compiled = compile_side(model, side)
     compile_s = time.perf_counter() - t0
     _, wall_first, steps_first = timed_sample(compiled, chains, *short, seed)
-    tune, draws = long
-    estimate = wall_first * (tune + draws) / max(sum(short), 1)
-    if estimate > budget:
-        scale = budget / estimate
-        tune, draws = max(short[0] + 1, int(tune * scale)), max(short[1] + 1, int(draws * scale))
-    trace, wall_b, steps_b = timed_sample(compiled, chains, tune, draws, seed)
-    _, wall_a, steps_a = timed_sample(compiled, chains, *short, seed)
-    if steps_b > steps_a and wall_b > wall_a:
-        per_grad = (wall_b - wall_a) / (steps_b - steps_a)
-    else:
-        per_grad = wall_b / steps_b
+    (tune, draws), pairs = run_lengths(wall_first, short, long, budget)
+    estimates, walls_a, walls_b = [], [], []
+    for _ in range(pairs):
+        trace, wall_b, steps_b = timed_sample(compiled, chains, tune, draws, seed)
+        _, wall_a, steps_a = timed_sample(compiled, chains, *short, seed)
+        walls_a.append(wall_a)
+        walls_b.append(wall_b)
+        if steps_b > steps_a and wall_b > wall_a:
+            estimates.append((wall_b - wall_a) / (steps_b - steps_a))
+        else:
+            estimates.append(wall_b / steps_b)
+    per_grad = float(np.median(estimates))
+    wall_a, wall_b = float(np.median(walls_a)), float(np.median(walls_b))
+    startup = max(wall_a - per_grad * steps_a, 0.0)
+    steps_first_run = steps_b * sum(first_run) / (tune + draws)
     return {
         "model": spec,
         "side": side,
         "compile_s": compile_s,
-        "first_run_s": compile_s + (wall_first - wall_a) + wall_b,
+        "first_run_s": compile_s + (wall_first - wall_a) + startup + per_grad * steps_first_run,
+        "first_run": list(first_run),
+        "first_run_measured_s": compile_s + (wall_first - wall_a) + wall_b,
         "first_call_extra_s": wall_first - wall_a,
         "short": {"tune": short[0], "draws": short[1], "wall_s": wall_a, "steps": steps_a, "first_wall_s": wall_first, "first_steps": steps_first},
         "long": {"tune": tune, "draws": draws, "wall_s": wall_b, "steps": steps_b},
+        "pairs": pairs,
+        "per_grad_spread": [1e6 * min(estimates) * chains, 1e6 * max(estimates) * chains],
         "per_grad_us": 1e6 * per_grad * chains,
-        "startup_s": max(wall_a - per_grad * steps_a, 0.0),
+        "startup_s": startup,
         "posterior": scalar_summary(trace),
     }
 

@@ -248,3 +248,17 @@ def test_first_sample_compiles_nothing(monkeypatch):
     trace = nutpie.sample(compiled, chains=1, cores=1, tune=20, draws=20, seed=1, progress_bar=False)
     assert trace.posterior["mu"].shape == (1, 20)
     assert compiles == [], compiles
+
+
+def test_run_lengths_stretch_tiny_runs_and_shorten_heavy_ones():
+    # 200 short draws in 0.02 s: a 600-draw run predicts 0.06 s, lengthened to reach MIN_WALL_S (≤ 30×), timed PAIRS times
+    (tune, draws), pairs = sb.run_lengths(0.02, (100, 100), (300, 300), budget=120, min_wall=3.0)
+    assert (tune, draws) == (9000, 9000) and pairs == sb.PAIRS
+    (tune, draws), pairs = sb.run_lengths(0.5, (100, 100), (300, 300), budget=120, min_wall=3.0)
+    assert (tune, draws) == (600, 600) and pairs == sb.PAIRS
+    # a run predicted at 300 s is cut to the budget and timed once; never below the short run
+    (tune, draws), pairs = sb.run_lengths(100.0, (100, 100), (300, 300), budget=120, min_wall=3.0)
+    assert (tune, draws) == (120, 120) and pairs == 1
+    assert sb.run_lengths(1000.0, (100, 100), (300, 300), budget=120, min_wall=3.0) == ((101, 101), 1)
+    (tune, draws), pairs = sb.run_lengths(2.0, (100, 100), (300, 300), budget=120, min_wall=3.0)
+    assert (tune, draws) == (300, 300) and pairs == sb.PAIRS
