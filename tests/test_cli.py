@@ -86,8 +86,10 @@ def _description(output: str) -> list[str]:
 @pytest.mark.parametrize("command", ["sample", "bench", "inspect", "models", "fit-many"])
 def test_command_help_reads_as_prose(command, width, monkeypatch):
     """Every line of a help paragraph but its last is full: rich broke it because the next word did not fit."""
+    import typer.rich_utils
+
+    monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", width)  # read from TERMINAL_WIDTH once, at its import
     monkeypatch.setenv("COLUMNS", str(width))
-    monkeypatch.setenv("TERMINAL_WIDTH", str(width))
     result = invoke(command, "--help")
     assert result.exit_code == 0
     text = _description(result.output)
