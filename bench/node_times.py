@@ -34,6 +34,16 @@ import types
 import numpy as np
 
 
+def _jitted(f, n: int):
+    """An njit function calling ``f`` (callable from numba code by name only) with ``n`` arguments."""
+    import numba
+
+    params = ", ".join(f"a{i}" for i in range(n))
+    scope = {"f": f}
+    exec(f"def w({params}):\n    return f({params})\n", scope)
+    return numba.njit(scope["w"])
+
+
 def _recorded_calls(fn, x):
     """``[(name, node function, args)]`` of one run of ``fn``'s graph function at point ``x``."""
     import numba
@@ -55,6 +65,8 @@ def _recorded_calls(fn, x):
     for name in names:
 
         def recorder(*args, _f=env[name], _name=name):
+            if not isinstance(_f, numba.core.dispatcher.Dispatcher):  # an overloaded Python function (stock's Elemwise)
+                _f = _jitted(_f, len(args))
             calls.append((_name, _f, tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args)))
             return call(_f, args)
 

@@ -67,7 +67,8 @@ def bench_sampler(model_specs, passes, json_out, plot, catalogue, core, names, s
 
     def payload(results):
         return {"chains": chains, "long": [tune, draws], "short": [short, short], "seed": seed, "sides": chosen,
-                "results": results, "geomean": sampler_bench.geomeans(results)}
+                "results": results, "geomean": sampler_bench.geomeans(results),
+                "geomean_cpu": sampler_bench.geomeans(results, "cpu_ratio")}
 
     def partial(results):
         if json_out is not None:

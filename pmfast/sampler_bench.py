@@ -101,13 +101,15 @@ def n_steps(trace) -> int:
 
 
 def timed_sample(compiled, chains: int, tune: int, draws: int, seed: int):
-    """``nutpie.sample`` once: (trace, wall seconds, steps)."""
+    """``nutpie.sample`` once: (trace, wall seconds, steps, process CPU seconds)."""
     import nutpie
 
-    t0 = time.perf_counter()
+    from pmfast.bench import process_cpu_s
+
+    t0, c0 = time.perf_counter(), process_cpu_s()
     trace = nutpie.sample(compiled, chains=chains, cores=chains, tune=tune, draws=draws, seed=seed, progress_bar=False)
-    wall = time.perf_counter() - t0
-    return trace, wall, n_steps(trace)
+    wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0
+    return trace, wall, n_steps(trace), cpu
 
 
 def scalar_summary(trace) -> dict:
@@ -160,21 +162,24 @@ def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed:
     discrete = discrete_variables(model)
     if discrete:
         raise ValueError(f"{NOT_NUTS}: discrete free variables {', '.join(discrete)} (nutpie samples continuous ones only)")
-    t0 = time.perf_counter()
+    from pmfast.bench import process_cpu_s
+
+    t0, c0 = time.perf_counter(), process_cpu_s()
     compiled = compile_side(model, side)
-    compile_s = time.perf_counter() - t0
-    _, wall_first, steps_first = timed_sample(compiled, chains, *short, seed)
+    compile_s, compile_cpu_s = time.perf_counter() - t0, process_cpu_s() - c0
+    _, wall_first, steps_first, _ = timed_sample(compiled, chains, *short, seed)
     (tune, draws), pairs = run_lengths(wall_first, short, long, budget)
-    estimates, walls_a, walls_b = [], [], []
+    estimates, cpu_estimates, walls_a, walls_b = [], [], [], []
     for _ in range(pairs):
-        trace, wall_b, steps_b = timed_sample(compiled, chains, tune, draws, seed)
-        _, wall_a, steps_a = timed_sample(compiled, chains, *short, seed)
+        trace, wall_b, steps_b, cpu_b = timed_sample(compiled, chains, tune, draws, seed)
+        _, wall_a, steps_a, cpu_a = timed_sample(compiled, chains, *short, seed)
         walls_a.append(wall_a)
         walls_b.append(wall_b)
         if steps_b > steps_a and wall_b > wall_a:
             estimates.append((wall_b - wall_a) / (steps_b - steps_a))
         else:
             estimates.append(wall_b / steps_b)
+        cpu_estimates.append((cpu_b - cpu_a) / (steps_b - steps_a) if steps_b > steps_a and cpu_b > cpu_a else cpu_b / steps_b)
     per_grad = float(np.median(estimates))
     wall_a, wall_b = float(np.median(walls_a)), float(np.median(walls_b))
     startup = max(wall_a - per_grad * steps_a, 0.0)
@@ -183,6 +188,7 @@ def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed:
         "model": spec,
         "side": side,
         "compile_s": compile_s,
+        "compile_cpu_s": compile_cpu_s,
         "first_run_s": compile_s + (wall_first - wall_a) + startup + per_grad * steps_first_run,
         "first_run": list(first_run),
         "first_run_measured_s": compile_s + (wall_first - wall_a) + wall_b,
@@ -192,6 +198,7 @@ def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed:
         "pairs": pairs,
         "per_grad_spread": [1e6 * min(estimates) * chains, 1e6 * max(estimates) * chains],
         "per_grad_us": 1e6 * per_grad * chains,
+        "per_grad_cpu_us": 1e6 * float(np.median(cpu_estimates)),
         "startup_s": startup,
         "posterior": scalar_summary(trace),
     }
@@ -294,9 +301,12 @@ def compare(specs, sides=SIDES, chains=1, long=LONG, short=SHORT, seed=0, budget
                 row["errors"][side] = str(exc)
         stock = row["sides"].get("stock")
         row["ratio"], row["agreement"] = {}, {}
+        row["cpu_ratio"] = {}
         for side, r in row["sides"].items():
             if stock is not None and side != "stock":
                 row["ratio"][side] = r["per_grad_us"] / stock["per_grad_us"]
+                if r.get("per_grad_cpu_us") and stock.get("per_grad_cpu_us"):
+                    row["cpu_ratio"][side] = r["per_grad_cpu_us"] / stock["per_grad_cpu_us"]
                 row["agreement"][side] = agreement(stock["posterior"], r["posterior"])
         for r in row["sides"].values():
             r.pop("posterior")
@@ -312,10 +322,10 @@ def geomean(values) -> float:
     return math.exp(sum(map(math.log, v)) / len(v)) if v else math.nan
 
 
-def geomeans(results) -> dict:
-    """Per non-stock side: geometric mean over models of its per-gradient ratio to stock."""
-    sides = {s for r in results for s in r["ratio"]}
-    return {s: geomean([r["ratio"][s] for r in results if s in r["ratio"]]) for s in sorted(sides)}
+def geomeans(results, key: str = "ratio") -> dict:
+    """Per non-stock side: geometric mean over models of its per-gradient ratio to stock (``cpu_ratio``: CPU-based)."""
+    sides = {s for r in results for s in r.get(key, {})}
+    return {s: geomean([r[key][s] for r in results if s in r.get(key, {})]) for s in sorted(sides)}
 
 
 def _pair(text: str) -> tuple:
