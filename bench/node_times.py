@@ -155,6 +155,7 @@ def main(argv=None):
             with open(args.json, "w") as f:
                 json.dump({"model": args.model, "point": args.point, **out}, f, indent=1)
         return
+    stock, x0 = pmfast.logp_dlogp_function(model, "none")
     fast, _ = pmfast.logp_dlogp_function(model, args.passes if args.passes in ("all", "none") else args.passes.split(","))
     x = bench_points(x0)[1]
     pairs = list(zip(_recorded_calls(stock, x), _recorded_calls(fast, x)))
