@@ -2,6 +2,12 @@
 
     OPENBLAS_NUM_THREADS=1 python bench/node_times.py MODEL [--passes index_dtypes] [--repeats 31] [--top 15]
     ... --nodes solve_triangular,elemwise_14   # only these, compared many times
+    ... --profile [--passes all] [--point draw] [--json out.json]   # where each side's gradient goes
+
+``--profile``: stock's graph (``"none"``) and pmfast's (``--passes``, default all; the graphs may
+differ) are each timed node by node at a point the sampler visits (``--point draw``: a draw of a
+short stock nutpie run, the default; ``typical``: the initial point plus noise); per side the top
+nodes by time with the op each runs (the graph source's comment line), and the sum.
 
 When a model with no pass firing evaluates slower under pmfast than stock, the graph is the
 same and the difference is in how pmfast's linker implements or compiles a node
@@ -28,6 +34,16 @@ import types
 import numpy as np
 
 
+def _jitted(f, n: int):
+    """An njit function calling ``f`` (callable from numba code by name only) with ``n`` arguments."""
+    import numba
+
+    params = ", ".join(f"a{i}" for i in range(n))
+    scope = {"f": f}
+    exec(f"def w({params}):\n    return f({params})\n", scope)
+    return numba.njit(scope["w"])
+
+
 def _recorded_calls(fn, x):
     """``[(name, node function, args)]`` of one run of ``fn``'s graph function at point ``x``."""
     import numba
@@ -49,12 +65,53 @@ def _recorded_calls(fn, x):
     for name in names:
 
         def recorder(*args, _f=env[name], _name=name):
+            if not isinstance(_f, numba.core.dispatcher.Dispatcher):  # an overloaded Python function (stock's Elemwise)
+                _f = _jitted(_f, len(args))
             calls.append((_name, _f, tuple(np.copy(a) if isinstance(a, np.ndarray) else a for a in args)))
             return call(_f, args)
 
         env[name] = recorder
     types.FunctionType(graph.__code__, env)(*pmfast.kernel_args(fn, x))
     return calls
+
+
+def _labels(graph) -> list[str]:
+    """The op comment of each node call in ``graph``'s source, in execution order."""
+    labels, comment = [], ""
+    for line in graph.__source__.splitlines():
+        line = line.strip()
+        if line.startswith("#"):
+            comment = line[1:].strip()
+        elif "=" in line and "(" in line and not line.startswith("return"):
+            labels.append(comment)
+            comment = ""
+    return labels
+
+
+def profile(fn, x, repeats: int, seconds: float, loop) -> list[tuple]:
+    """``[(µs min, µs median, node function name, op label)]`` of ``fn``'s graph at ``x``, largest first."""
+    from pmfast.bench import time_runs
+    from pmfast.compiler.entry import graph_function
+
+    calls = _recorded_calls(fn, x)
+    labels = _labels(graph_function(fn.vm.jit_fn))
+    if len(labels) != len(calls):
+        labels = [""] * len(calls)
+    for _, f, a in calls:
+        loop(f, 1, a)
+    times = [[] for _ in calls]
+    for _ in range(repeats):
+        for (_, f, a), out in zip(calls, times):
+            out += time_runs(lambda n, f=f, a=a: loop(f, n, a), 1, seconds)[0]
+    rows = [(min(t), statistics.median(t), name, label) for (name, _, _), t, label in zip(calls, times, labels)]
+    return sorted(rows, key=lambda r: -r[0])
+
+
+def print_profile(side: str, rows, top: int) -> None:
+    total = sum(r[0] for r in rows)
+    print(f"{side}: sum of node minima {total:.2f} µs over {len(rows)} nodes")
+    for mn, med, name, label in rows[:top]:
+        print(f"  {mn:9.3f} {med:9.3f}  {100 * mn / total:5.1f}%  {name:<24} {label[:110]}")
 
 
 def main(argv=None):
@@ -71,6 +128,9 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=0.005, help="length of one timed repeat")
     ap.add_argument("--top", type=int, default=15)
     ap.add_argument("--nodes", default="", help="comma list of node function names (stock's): only these")
+    ap.add_argument("--profile", action="store_true", help="each side's own graph, node by node (see above)")
+    ap.add_argument("--point", default="draw", help="--profile: draw, typical or initial")
+    ap.add_argument("--json", default=None, help="--profile: write the rows here")
     args = ap.parse_args(argv)
 
     @numba.njit
@@ -80,6 +140,21 @@ def main(argv=None):
         return 0
 
     model, _ = load_model(args.model)
+    if args.profile:
+        import json
+
+        passes = "all" if args.passes == "index_dtypes" else args.passes
+        stock, x0 = pmfast.logp_dlogp_function(model, "none")
+        x = bench_points(x0, args.point, model=model, n=1)[0]
+        out = {}
+        for side, selection in (("stock", "none"), ("pmfast", passes)):
+            fn = stock if side == "stock" else pmfast.logp_dlogp_function(model, selection if selection in ("all", "none") else selection.split(","))[0]
+            out[side] = profile(fn, x, args.repeats, args.seconds, loop)
+            print_profile(side, out[side], args.top)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"model": args.model, "point": args.point, **out}, f, indent=1)
+        return
     stock, x0 = pmfast.logp_dlogp_function(model, "none")
     fast, _ = pmfast.logp_dlogp_function(model, args.passes if args.passes in ("all", "none") else args.passes.split(","))
     x = bench_points(x0)[1]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+from inspect import cleandoc
 import os
 import time
 from pathlib import Path
@@ -195,6 +196,8 @@ def bench(
     draws: Annotated[int, typer.Option(help="--sampler: draws per chain of the long run.")] = 1000,
     short: Annotated[int, typer.Option(help="--sampler: tuning and draws per chain of the short runs.")] = 200,
     seed: Annotated[int, typer.Option(help="--sampler: random seed, the same for every side.")] = 1,
+    length: Annotated[Optional[list[str]], typer.Option("--length", help="--sampler: a model's own run lengths, NAME=TUNE,DRAWS[,SHORT] (repeatable; NAME is the file's stem).")] = None,
+    timeout: Annotated[float, typer.Option(help="--sampler: seconds after which a side's worker is stopped (its row says so).")] = 3600.0,
 ):
     """Compare pmfast against stock nutpie/pytensor per model: compile time, peak RSS, eval time, parity.
 
@@ -206,16 +209,17 @@ def bench(
 
     Without --cold, compile times include what earlier runs left in the caches (the stock side runs first and can warm kernels the pmfast side shares): use --cold (an empty pytensor compiledir and numba cache per side) to compare compile times.
 
-    With --sampler: per model, each side (stock nutpie numba, pmfast, nutpie's JAX backend) in a fresh process with empty caches compiles, then runs nutpie.sample short, long, short with one seed. Per gradient is the difference of the long and the second short run's walls over the difference of their leapfrog steps (warm-up included), times the chains; start-up is the rest of the short run; the first call's extra is the first short run less the second. First run = compile + first call's extra + the long run. Agreement: the largest |Δmean| of the long run's posterior against stock's, in Monte-Carlo standard errors. Prints a markdown table; --json and --plot write the numbers and a chart of per-gradient ratios.
+    With --sampler: per model, each side (stock nutpie numba, pmfast, nutpie's JAX backend) in a fresh process with empty caches compiles, then runs nutpie.sample short, then long and short again (three times when cheap), with one seed. Per gradient is the median difference of a long and a short run's walls over the difference of their leapfrog steps (warm-up included), times the chains; a long run predicted under 3 s is lengthened (up to 30×), one over 120 s shortened. Start-up is the rest of the short run; the first call's extra is the first short run less the later ones. First run = compile + first call's extra + start-up + the gradients of 1000 + 1000 draws per chain (at the long run's steps per draw). Agreement: the largest |Δmean| of the long run's posterior against stock's, in Monte-Carlo standard errors. Prints a markdown table; --json and --plot write the numbers and a chart of per-gradient ratios.
     """
     from pmfast import bench as measure
 
     if sampler:
         from pmfast.cli.sampler import bench_sampler
 
-        return bench_sampler(model_specs, passes, json_out, plot, catalogue, core, models_, sides, chains, tune, draws, short, seed)
-    if catalogue is not None or core or models_ is not None:
-        fail("--catalogue, --core and --models need --sampler")
+        return bench_sampler(model_specs, passes, json_out, plot, catalogue, core, models_, sides, chains, tune, draws, short, seed,
+                             length, timeout)
+    if catalogue is not None or core or models_ is not None or length:
+        fail("--catalogue, --core, --models and --length need --sampler")
 
     if repeats < measure.MIN_REPEATS:
         fail(f"--repeats must be at least {measure.MIN_REPEATS}, got {repeats}")
@@ -449,6 +453,31 @@ def list_models():
     width = max(map(len, models.ZOO))
     for name, line in models.describe():
         typer.echo(f"{'*' if name == models.DEFAULT else ' '} {name:<{width}}  {line}")
+
+
+def reflow(doc: str | None) -> str | None:
+    """``doc`` with each paragraph on one line, so rich wraps it to the terminal as prose.
+
+    typer keeps a docstring's single line breaks, and rich then wraps each source line on its own:
+    sentences broken mid-way. Lines that start a list item (``-``, ``*``) or are indented (code)
+    keep their own line.
+    """
+    if doc is None:
+        return None
+    paragraphs = []
+    for paragraph in cleandoc(doc).split("\n\n"):
+        lines = []
+        for line in paragraph.splitlines():
+            if lines and not line.startswith((" ", "-", "*", "\b")):
+                lines[-1] += " " + line.strip()
+            else:
+                lines.append(line.rstrip())
+        paragraphs.append("\n".join(lines))
+    return "\n\n".join(paragraphs)
+
+
+for _command in app.registered_commands:
+    _command.callback.__doc__ = reflow(_command.callback.__doc__)
 
 
 def main():

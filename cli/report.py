@@ -177,13 +177,14 @@ def node_counts(fn) -> dict[str, int]:
     return dict(Counter(_op_name(node.op) for node in fn.maker.fgraph.toposort()))
 
 
-SAMPLER_COLUMNS = ("model", "side", "compile s", "per gradient µs (× stock)", "start-up s", "first call +s", "first run s", "agreement")
+SAMPLER_COLUMNS = ("model", "side", "compile s", "per gradient µs (× stock)", "CPU per gradient µs (×)", "start-up s",
+                   "first call +s", "first run s", "agreement")
 
 
 def sampler_table(results, means) -> list[str]:
     """The sampler bench as markdown lines: one row per model and side, then the geometric means.
 
-    First run = compile + the long run + the first call's extra; agreement = largest |Δmean| of the
+    First run = compile + the first call's extra + start-up + the gradients of a 1000 + 1000 run; agreement = largest |Δmean| of the
     long run's posterior against stock's, in Monte-Carlo standard errors."""
     lines = ["| " + " | ".join(SAMPLER_COLUMNS) + " |", "|---|---|" + "---:|" * (len(SAMPLER_COLUMNS) - 2)]
     for r in results:
@@ -191,14 +192,16 @@ def sampler_table(results, means) -> list[str]:
         for side, x in r["sides"].items():
             ratio = r["ratio"].get(side)
             grad = _number(x["per_grad_us"]) + (f" ({ratio:.2f}×)" if ratio is not None else "")
+            cpu_ratio = r.get("cpu_ratio", {}).get(side)
+            cpu = _number(x["per_grad_cpu_us"]) + (f" ({cpu_ratio:.2f}×)" if cpu_ratio is not None else "") if "per_grad_cpu_us" in x else ""
             agree = r["agreement"].get(side)
-            cells = (label, side, f"{x['compile_s']:.1f}", grad, f"{x['startup_s']:.3f}",
+            cells = (label, side, f"{x['compile_s']:.1f}", grad, cpu, f"{x['startup_s']:.3f}",
                      f"{x['first_call_extra_s']:.2f}", f"{x['first_run_s']:.1f}", "" if agree is None else f"{agree:.1f}")
             lines.append("| " + " | ".join(cells) + " |")
         for side, error in r["errors"].items():
-            lines.append(f"| {label} | {side} | failed: {error} | | | | | |")
+            lines.append(f"| {label} | {side} | failed: {error} |" + " |" * (len(SAMPLER_COLUMNS) - 3))
     for side, mean in means.items():
-        lines.append(f"| geometric mean | {side} | | **{mean:.2f}×** | | | | |")
+        lines.append(f"| geometric mean | {side} | | **{mean:.2f}×** |" + " |" * (len(SAMPLER_COLUMNS) - 4))
     return lines
 
 

@@ -29,7 +29,8 @@ def sampler_specs(model_specs, catalogue, core, names) -> list[str]:
     return specs
 
 
-def bench_sampler(model_specs, passes, json_out, plot, catalogue, core, names, sides, chains, tune, draws, short, seed) -> None:
+def bench_sampler(model_specs, passes, json_out, plot, catalogue, core, names, sides, chains, tune, draws, short, seed,
+                  length=None, timeout=3600.0) -> None:
     """``pmfast bench --sampler``: :func:`pmfast.sampler_bench.compare` with a status line, a table, JSON and plot."""
     from pmfast import sampler_bench
 
@@ -42,6 +43,12 @@ def bench_sampler(model_specs, passes, json_out, plot, catalogue, core, names, s
         chosen = sampler_bench.check_sides(sides)
     except ValueError as exc:
         fail(f"--sides: {exc}")
+    try:
+        lengths = sampler_bench.parse_lengths(length)
+    except ValueError as exc:
+        fail(f"--length: {exc}")
+    if not timeout > 0:
+        fail(f"--timeout must be positive, got {timeout}")
     if passes != "all":
         fail("--passes does not apply to --sampler (pmfast compiles with all passes)")
     for path in (json_out, plot):
@@ -58,16 +65,25 @@ def bench_sampler(model_specs, passes, json_out, plot, catalogue, core, names, s
         console.print(f"[{len(done)}/{len(specs) * len(chosen)}] {Path(spec.partition(':')[0]).stem}: {side}")
         status.update(f"{Path(spec.partition(':')[0]).stem}: {side} ({len(done)} of {len(specs) * len(chosen)}) …")
 
+    def payload(results):
+        return {"chains": chains, "long": [tune, draws], "short": [short, short], "seed": seed, "sides": chosen,
+                "results": results, "geomean": sampler_bench.geomeans(results),
+                "geomean_cpu": sampler_bench.geomeans(results, "cpu_ratio")}
+
+    def partial(results):
+        if json_out is not None:
+            write_json({**payload(results), "partial": len(results) < len(specs)}, json_out)
+
     try:
-        results = sampler_bench.compare(specs, chosen, chains, (tune, draws), (short, short), seed, progress=progress)
+        results = sampler_bench.compare(specs, chosen, chains, (tune, draws), (short, short), seed, progress=progress,
+                                        lengths=lengths, timeout=timeout, on_row=partial)
     finally:
         status.stop()
     means = sampler_bench.geomeans(results)
     typer.echo(f"nutpie.sample, {chains} chains; long run {tune} + {draws}, short runs {short} + {short}; seed {seed}")
     typer.echo("\n".join(sampler_table(results, means)))
     if json_out is not None:
-        payload = {"chains": chains, "long": [tune, draws], "short": [short, short], "seed": seed, "sides": chosen, "results": results, "geomean": means}
-        write_json(payload, json_out)
+        write_json(payload(results), json_out)
         console.print(f"wrote {json_out}")
     if plot is not None:
         write_sampler_plot(results, means, plot)

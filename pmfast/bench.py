@@ -353,13 +353,16 @@ def _worker(
         return run_worker(cmd, env, f"{model_spec} ({'pair' if pair else side}, passes={selection})", BenchError)
 
 
-def run_worker(cmd: list[str], env: dict, label: str, error: type[Exception]) -> dict:
+def run_worker(cmd: list[str], env: dict, label: str, error: type[Exception], timeout: float | None = None) -> dict:
     """Run a bench worker process; the JSON of its last stdout line.
 
-    A worker that exits non-zero, prints no JSON object, or reports ``error`` raises ``error``
-    with ``label`` and the worker's message (or its last stderr line).
+    A worker that exits non-zero, prints no JSON object, reports ``error`` or runs longer than
+    ``timeout`` seconds raises ``error`` with ``label`` and the worker's message (or its last stderr line).
     """
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise error(f"{label}: timed out after {timeout:.0f} s") from None
     lines = proc.stdout.strip().splitlines()
     try:
         result = json.loads(lines[-1])

@@ -1,13 +1,14 @@
 """Per-gradient time inside nutpie's sampler: pmfast against stock nutpie (numba) and nutpie's JAX backend.
 
 Each side of each model runs in its own process with an empty pytensor compiledir and numba cache
-(:func:`pmfast.bench.cold_env`): compile, then two ``nutpie.sample`` runs with the same seed and chains,
-a short one, a long one, and the short one again. Sampling wall over the sum of ``n_steps`` (warmup and
-draws) mixes the sampler's start-up into the per-gradient figure, so the figure is the difference of the
-long and the second short run's walls over the difference of their step counts; start-up is what the
-second short run spent beyond that, and the first call's extra (once per process: lazily compiled code,
-cache loading) is the first short run's wall less the second's. First run = compile + first-call extra +
-the long run: what a first ``nutpie.sample`` of the long run's length costs in a fresh process.
+(:func:`pmfast.bench.cold_env`): compile, then ``nutpie.sample`` runs with the same seed and chains: a short
+one, then (long, short) pairs. Sampling wall over the sum of ``n_steps`` (warmup and draws) mixes the
+sampler's start-up into the per-gradient figure, so the figure is the difference of a long and a short
+run's walls over the difference of their step counts (the median over the pairs); start-up is what the
+short run spent beyond that, and the first call's extra (once per process: lazily compiled code, cache
+loading) is the first short run's wall less the later ones'. Tiny models' long runs are lengthened and
+heavy ones' shortened (:func:`run_lengths`). First run = compile + first-call extra + start-up + the
+gradients of a 1000 + 1000 run: what a first ``nutpie.sample`` costs in a fresh process.
 
 The first-call extra is the same on every side (~0.2–0.7 s): xarray's first ``DataArray`` in a process
 imports ``dask.array`` to check for duck arrays. Nothing compiles then (tests/test_sampler_bench.py).
@@ -37,22 +38,43 @@ LONG = (300, 300)
 SHORT = (100, 100)
 #: A side's long run is shortened (fewer draws, never skipped) when the short run predicts more than this.
 BUDGET_S = 120.0
+#: The (tune, draws) a first run is quoted for (issue 27: compile + 2 chains × (1000 + 1000)).
+FIRST_RUN = (1000, 1000)
+#: A long run the first short run predicts under this many seconds is lengthened (up to 30×).
+MIN_WALL_S = 3.0
+#: (long, short) pairs timed when they are cheap; per gradient is their median.
+PAIRS = 3
+#: A side's worker is stopped after this many seconds; its row then says so.
+TIMEOUT_S = 3600.0
+#: The start of the error a model with discrete free variables gets: no side can sample it with NUTS alone.
+NOT_NUTS = "not NUTS-able"
 
 
 class SamplerBenchError(RuntimeError):
     """A sampler-bench worker failed; the message says which model and side."""
 
 
-def core_models(catalogue: Path) -> list[str]:
-    """The continuous models of the catalogue's BENCHMARK_CORE.md, as file paths (``models/<name>.py``)."""
+def core_models(catalogue: Path, discrete: bool = True) -> list[str]:
+    """The models of the catalogue's BENCHMARK_CORE.md, as file paths, in its order.
+
+    Those under ``models/`` are continuous; those under ``models_*/`` (``models_discrete/``) are kept
+    unless ``discrete`` is false: the bench reports them as not NUTS-able instead of sampling them.
+    """
     from pmfast.loading import LoadError
 
     index = Path(catalogue) / "BENCHMARK_CORE.md"
     if not index.is_file():
         raise LoadError(f"no BENCHMARK_CORE.md in the catalogue {catalogue}: --core needs it")
     text = index.read_text()
-    names = re.findall(r"`(models/[A-Za-z0-9_]+\.py)`", text)
+    names = re.findall(r"`(models(?:_[a-z]+)?/[A-Za-z0-9_]+\.py)`", text)
+    if not discrete:
+        names = [n for n in names if n.startswith("models/")]
     return [str(Path(catalogue) / n) for n in dict.fromkeys(names)]
+
+
+def discrete_variables(model) -> list[str]:
+    """Names of the model's free variables with integer dtypes (NUTS cannot sample them)."""
+    return [v.name for v in model.free_RVs if not v.dtype.startswith("float")]
 
 
 def compile_side(model, side: str):
@@ -79,13 +101,15 @@ def n_steps(trace) -> int:
 
 
 def timed_sample(compiled, chains: int, tune: int, draws: int, seed: int):
-    """``nutpie.sample`` once: (trace, wall seconds, steps)."""
+    """``nutpie.sample`` once: (trace, wall seconds, steps, process CPU seconds)."""
     import nutpie
 
-    t0 = time.perf_counter()
+    from pmfast.bench import process_cpu_s
+
+    t0, c0 = time.perf_counter(), process_cpu_s()
     trace = nutpie.sample(compiled, chains=chains, cores=chains, tune=tune, draws=draws, seed=seed, progress_bar=False)
-    wall = time.perf_counter() - t0
-    return trace, wall, n_steps(trace)
+    wall, cpu = time.perf_counter() - t0, process_cpu_s() - c0
+    return trace, wall, n_steps(trace), cpu
 
 
 def scalar_summary(trace) -> dict:
@@ -103,36 +127,79 @@ def scalar_summary(trace) -> dict:
     return out
 
 
-def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float = BUDGET_S) -> dict:
-    """Compile, run the short then the long sample; the per-gradient time and start-up from the two."""
-    from pmfast.loading import load_model
+def run_lengths(wall_first: float, short: tuple, long: tuple, budget: float = BUDGET_S, min_wall: float = MIN_WALL_S) -> tuple:
+    """The long run's (tune, draws) and how many (long, short) pairs to time, from the first short run's wall.
 
-    model, _ = load_model(spec)
-    t0 = time.perf_counter()
-    compiled = compile_side(model, side)
-    compile_s = time.perf_counter() - t0
-    _, wall_first, steps_first = timed_sample(compiled, chains, *short, seed)
+    A long run the short one predicts to last more than ``budget`` is shortened (never below the short
+    run); one predicted under ``min_wall`` (tiny models: a 600-draw run lasts 0.05 s, where a loaded
+    machine's jitter is the figure) is lengthened, up to 30×; runs predicted under ``budget / 4``
+    are timed :data:`PAIRS` times.
+    """
     tune, draws = long
     estimate = wall_first * (tune + draws) / max(sum(short), 1)
     if estimate > budget:
         scale = budget / estimate
         tune, draws = max(short[0] + 1, int(tune * scale)), max(short[1] + 1, int(draws * scale))
-    trace, wall_b, steps_b = timed_sample(compiled, chains, tune, draws, seed)
-    _, wall_a, steps_a = timed_sample(compiled, chains, *short, seed)
-    if steps_b > steps_a and wall_b > wall_a:
-        per_grad = (wall_b - wall_a) / (steps_b - steps_a)
-    else:
-        per_grad = wall_b / steps_b
+    elif 0 < estimate < min_wall:
+        scale = min(min_wall / estimate, 30.0)
+        tune, draws = int(tune * scale), int(draws * scale)
+    estimate = wall_first * (tune + draws) / max(sum(short), 1)
+    return (tune, draws), PAIRS if estimate < budget / 4 else 1
+
+
+def run_side(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float = BUDGET_S,
+             first_run: tuple = FIRST_RUN) -> dict:
+    """Compile, run the short then (long, short) pairs; the per-gradient time and start-up from them.
+
+    Per gradient is the median over the pairs of (long wall - short wall) / (long steps - short steps);
+    every run has the same seed, so the same steps. First run = compile + the first call's extra +
+    start-up + per gradient × the steps of a ``first_run`` = (tune, draws) run, those at the long
+    run's steps per draw (``first_run_measured_s``: the same with the long run itself).
+    """
+    from pmfast.loading import load_model
+
+    model, _ = load_model(spec)
+    discrete = discrete_variables(model)
+    if discrete:
+        raise ValueError(f"{NOT_NUTS}: discrete free variables {', '.join(discrete)} (nutpie samples continuous ones only)")
+    from pmfast.bench import process_cpu_s
+
+    t0, c0 = time.perf_counter(), process_cpu_s()
+    compiled = compile_side(model, side)
+    compile_s, compile_cpu_s = time.perf_counter() - t0, process_cpu_s() - c0
+    _, wall_first, steps_first, _ = timed_sample(compiled, chains, *short, seed)
+    (tune, draws), pairs = run_lengths(wall_first, short, long, budget)
+    estimates, cpu_estimates, walls_a, walls_b = [], [], [], []
+    for _ in range(pairs):
+        trace, wall_b, steps_b, cpu_b = timed_sample(compiled, chains, tune, draws, seed)
+        _, wall_a, steps_a, cpu_a = timed_sample(compiled, chains, *short, seed)
+        walls_a.append(wall_a)
+        walls_b.append(wall_b)
+        if steps_b > steps_a and wall_b > wall_a:
+            estimates.append((wall_b - wall_a) / (steps_b - steps_a))
+        else:
+            estimates.append(wall_b / steps_b)
+        cpu_estimates.append((cpu_b - cpu_a) / (steps_b - steps_a) if steps_b > steps_a and cpu_b > cpu_a else cpu_b / steps_b)
+    per_grad = float(np.median(estimates))
+    wall_a, wall_b = float(np.median(walls_a)), float(np.median(walls_b))
+    startup = max(wall_a - per_grad * steps_a, 0.0)
+    steps_first_run = steps_b * sum(first_run) / (tune + draws)
     return {
         "model": spec,
         "side": side,
         "compile_s": compile_s,
-        "first_run_s": compile_s + (wall_first - wall_a) + wall_b,
+        "compile_cpu_s": compile_cpu_s,
+        "first_run_s": compile_s + (wall_first - wall_a) + startup + per_grad * steps_first_run,
+        "first_run": list(first_run),
+        "first_run_measured_s": compile_s + (wall_first - wall_a) + wall_b,
         "first_call_extra_s": wall_first - wall_a,
         "short": {"tune": short[0], "draws": short[1], "wall_s": wall_a, "steps": steps_a, "first_wall_s": wall_first, "first_steps": steps_first},
         "long": {"tune": tune, "draws": draws, "wall_s": wall_b, "steps": steps_b},
+        "pairs": pairs,
+        "per_grad_spread": [1e6 * min(estimates) * chains, 1e6 * max(estimates) * chains],
         "per_grad_us": 1e6 * per_grad * chains,
-        "startup_s": max(wall_a - per_grad * steps_a, 0.0),
+        "per_grad_cpu_us": 1e6 * float(np.median(cpu_estimates)),
+        "startup_s": startup,
         "posterior": scalar_summary(trace),
     }
 
@@ -173,7 +240,7 @@ def agreement(a: dict, b: dict) -> float:
     return worst
 
 
-def worker(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float) -> dict:
+def worker(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: int, budget: float, timeout: float = TIMEOUT_S) -> dict:
     """:func:`run_side` in a fresh process with fresh caches; the result, or :class:`SamplerBenchError`."""
     from pmfast.bench import BLAS_ONE_THREAD, cold_env, run_worker
 
@@ -181,30 +248,71 @@ def worker(spec: str, side: str, chains: int, long: tuple, short: tuple, seed: i
     cmd += ["--long", f"{long[0]},{long[1]}", "--short", f"{short[0]},{short[1]}", "--budget", str(budget)]
     with tempfile.TemporaryDirectory(prefix="pmfast-sampler-") as cache:
         env = cold_env({**BLAS_ONE_THREAD, **os.environ}, cache)
-        return run_worker(cmd, env, f"{Path(spec).name} ({side})", SamplerBenchError)
+        return run_worker(cmd, env, f"{Path(spec).name} ({side})", SamplerBenchError, timeout=timeout)
 
 
-def compare(specs, sides=SIDES, chains=1, long=LONG, short=SHORT, seed=0, budget=BUDGET_S, progress=None) -> list[dict]:
-    """Per model, every side in its own fresh process; ratios and posterior agreement against stock."""
+def model_name(spec: str) -> str:
+    """The name a spec is known by in ``lengths``: a file's stem, or a zoo name without its size arguments."""
+    head = spec.partition(":")[0]
+    return Path(head).stem if head.endswith(".py") else head
+
+
+def parse_lengths(items) -> dict:
+    """``NAME=TUNE,DRAWS[,SHORT]`` items as {name: ((tune, draws), (short, short) or None)}."""
+    out = {}
+    for item in items or ():
+        name, eq, rest = item.partition("=")
+        try:
+            numbers = [int(x) for x in rest.split(",")]
+            if not eq or not name.strip() or len(numbers) not in (2, 3) or min(numbers) < 1:
+                raise ValueError
+        except ValueError:
+            raise ValueError(f"bad run length {item!r}; expected NAME=TUNE,DRAWS or NAME=TUNE,DRAWS,SHORT (positive)") from None
+        if len(numbers) == 3 and 2 * numbers[2] >= numbers[0] + numbers[1]:
+            raise ValueError(f"bad run length {item!r}: the short run ({numbers[2]}) must be shorter than the long one")
+        out[name.strip()] = ((numbers[0], numbers[1]), (numbers[2], numbers[2]) if len(numbers) == 3 else None)
+    return out
+
+
+def compare(specs, sides=SIDES, chains=1, long=LONG, short=SHORT, seed=0, budget=BUDGET_S, progress=None,
+            lengths=None, timeout=TIMEOUT_S, on_row=None) -> list[dict]:
+    """Per model, every side in its own fresh process; ratios and posterior agreement against stock.
+
+    ``lengths``: per model name (:func:`model_name`), its own long run and short run (see
+    :func:`parse_lengths`). A model no side can sample (discrete free variables) is tried once and
+    reported with that error on every side. ``on_row(results so far)`` is called after each model.
+    """
     results = []
     for spec in specs:
         row = {"model": spec, "sides": {}, "errors": {}}
+        own_long, own_short = (lengths or {}).get(model_name(spec), (None, None))
+        m_long, m_short = own_long or long, own_short or short
+        if own_long is not None:
+            row["lengths"] = {"long": list(m_long), "short": list(m_short)}
         for side in sides:
             if progress is not None:
                 progress(spec, side)
+            if any(e.partition(": ")[2].startswith(NOT_NUTS) for e in row["errors"].values()):
+                row["errors"][side] = next(iter(row["errors"].values()))
+                continue
             try:
-                row["sides"][side] = worker(spec, side, chains, long, short, seed, budget)
+                row["sides"][side] = worker(spec, side, chains, m_long, m_short, seed, budget, timeout)
             except SamplerBenchError as exc:
                 row["errors"][side] = str(exc)
         stock = row["sides"].get("stock")
         row["ratio"], row["agreement"] = {}, {}
+        row["cpu_ratio"] = {}
         for side, r in row["sides"].items():
             if stock is not None and side != "stock":
                 row["ratio"][side] = r["per_grad_us"] / stock["per_grad_us"]
+                if r.get("per_grad_cpu_us") and stock.get("per_grad_cpu_us"):
+                    row["cpu_ratio"][side] = r["per_grad_cpu_us"] / stock["per_grad_cpu_us"]
                 row["agreement"][side] = agreement(stock["posterior"], r["posterior"])
         for r in row["sides"].values():
             r.pop("posterior")
         results.append(row)
+        if on_row is not None:
+            on_row(results)
     return results
 
 
@@ -214,10 +322,10 @@ def geomean(values) -> float:
     return math.exp(sum(map(math.log, v)) / len(v)) if v else math.nan
 
 
-def geomeans(results) -> dict:
-    """Per non-stock side: geometric mean over models of its per-gradient ratio to stock."""
-    sides = {s for r in results for s in r["ratio"]}
-    return {s: geomean([r["ratio"][s] for r in results if s in r["ratio"]]) for s in sorted(sides)}
+def geomeans(results, key: str = "ratio") -> dict:
+    """Per non-stock side: geometric mean over models of its per-gradient ratio to stock (``cpu_ratio``: CPU-based)."""
+    sides = {s for r in results for s in r.get(key, {})}
+    return {s: geomean([r[key][s] for r in results if s in r.get(key, {})]) for s in sorted(sides)}
 
 
 def _pair(text: str) -> tuple:

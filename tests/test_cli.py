@@ -74,6 +74,49 @@ def test_command_help(command):
     assert "Usage" in result.output
 
 
+def _description(output: str) -> list[str]:
+    """The rendered help's description: the lines between the usage line and the first option box."""
+    lines = output.splitlines()
+    start = next(i for i, ln in enumerate(lines) if "Usage" in ln) + 1
+    end = next((i for i, ln in enumerate(lines) if ln.lstrip().startswith("╭")), len(lines))
+    return [ln.strip() for ln in lines[start:end]]
+
+
+@pytest.mark.parametrize("width", [64, 100, 150])
+@pytest.mark.parametrize("command", ["sample", "bench", "inspect", "models", "fit-many"])
+def test_command_help_reads_as_prose(command, width, monkeypatch):
+    """Every line of a help paragraph but its last is full: rich broke it because the next word did not fit."""
+    import typer.rich_utils
+
+    monkeypatch.setattr(typer.rich_utils, "MAX_WIDTH", width)  # read from TERMINAL_WIDTH once, at its import
+    monkeypatch.setenv("COLUMNS", str(width))
+    result = invoke(command, "--help")
+    assert result.exit_code == 0
+    text = _description(result.output)
+    assert sum(map(len, text)) > 30
+    assert max(map(len, text)) <= width
+    for line, following in zip(text, text[1:]):
+        if line and following:
+            assert len(line) + 1 + len(following.split()[0]) > width - 4, (line, following)
+
+
+def test_reflow_keeps_paragraphs_lists_and_code():
+    from pmfast.cli.app import reflow
+
+    doc = """First line
+    goes on.
+
+    Second paragraph,
+    two lines.
+    - a list item
+      indented more
+
+        code
+    """
+    assert reflow(doc) == "First line goes on.\n\nSecond paragraph, two lines.\n- a list item\n  indented more\n\n    code"
+    assert reflow(None) is None
+
+
 def test_models_lists_the_zoo():
     from pmfast import models
 

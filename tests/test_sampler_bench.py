@@ -80,12 +80,59 @@ def test_check_sides():
         sb.check_sides("")
 
 
-def test_core_models_are_the_24_continuous(tmp_path):
+def test_core_models_in_order_discrete_ones_optional(tmp_path):
     (tmp_path / "models").mkdir()
     (tmp_path / "BENCHMARK_CORE.md").write_text(
         "1. `models/a.py` — x\n2. `models/b_c.py` — y\n3. `models/a.py` again\n4. `models_discrete/d.py` — z\n"
     )
-    assert sb.core_models(tmp_path) == [str(tmp_path / "models/a.py"), str(tmp_path / "models/b_c.py")]
+    continuous = [str(tmp_path / "models/a.py"), str(tmp_path / "models/b_c.py")]
+    assert sb.core_models(tmp_path) == continuous + [str(tmp_path / "models_discrete/d.py")]
+    assert sb.core_models(tmp_path, discrete=False) == continuous
+
+
+def test_a_model_no_side_can_sample_is_tried_once(fake_workers):
+    calls = []
+    fake_workers.update({("d.py", "stock"): f"d.py (stock): {sb.NOT_NUTS}: discrete free variables z"})
+    original = sb.worker
+    sb.worker = lambda spec, s, *a: calls.append(s) or original(spec, s, *a)
+    try:
+        (row,) = sb.compare(["d.py"], sides=("stock", "pmfast", "jax"))
+    finally:
+        sb.worker = original
+    assert calls == ["stock"]
+    assert set(row["errors"]) == {"stock", "pmfast", "jax"} and not row["sides"]
+    assert all(sb.NOT_NUTS in e for e in row["errors"].values())
+
+
+def test_per_model_lengths(fake_workers, monkeypatch):
+    seen = {}
+    monkeypatch.setattr(sb, "worker", lambda spec, s, chains, long, short, *a: seen.setdefault(spec, (long, short)) and side(1.0))
+    lengths = sb.parse_lengths(["big=50,60,20", "mid=80,90"])
+    assert lengths == {"big": ((50, 60), (20, 20)), "mid": ((80, 90), None)}
+    rows = sb.compare(["/c/models/big.py", "/c/models/mid.py", "zoo:n=3"], sides=("stock",), long=(300, 300), short=(100, 100),
+                      lengths=lengths)
+    assert seen == {"/c/models/big.py": ((50, 60), (20, 20)), "/c/models/mid.py": ((80, 90), (100, 100)),
+                    "zoo:n=3": ((300, 300), (100, 100))}
+    assert rows[0]["lengths"] == {"long": [50, 60], "short": [20, 20]} and "lengths" not in rows[2]
+    for bad in ("big", "big=1", "big=10,x", "=10,10", "big=10,10,10", "big=0,10"):
+        with pytest.raises(ValueError, match="bad run length"):
+            sb.parse_lengths([bad])
+
+
+def test_a_worker_past_its_timeout_is_an_error_row(tmp_path):
+    import sys
+
+    from pmfast.bench import run_worker
+
+    with pytest.raises(sb.SamplerBenchError, match="slow.py \\(stock\\): timed out after 1 s"):
+        run_worker([sys.executable, "-c", "import time; time.sleep(30)"], {}, "slow.py (stock)", sb.SamplerBenchError, timeout=1)
+
+
+def test_partial_json_after_each_model(fake_workers, tmp_path):
+    fake_workers.update({("a.py", "stock"): 10.0, ("b.py", "stock"): "boom"})
+    snapshots = []
+    sb.compare(["a.py", "b.py"], sides=("stock",), on_row=lambda rows: snapshots.append([r["model"] for r in rows]))
+    assert snapshots == [["a.py"], ["a.py", "b.py"]]
 
 
 def test_catalogue_models_by_name(tmp_path):
@@ -134,6 +181,9 @@ def test_plot_and_atomic_json(fake_workers, tmp_path):
         (["--sampler", "--catalogue", "/no/such/dir", "--core"], "catalogue directory not found"),
         (["--sampler", "--core"], "need --catalogue"),
         (["--core"], "need --sampler"),
+        (["--length", "BEST=10,10"], "need --sampler"),
+        (["--sampler", "eight_schools_noncentered", "--length", "BEST=10"], "--length: bad run length"),
+        (["--sampler", "eight_schools_noncentered", "--timeout", "0"], "--timeout"),
         (["--sampler", "eight_schools_noncentered", "--sides", "stock,numpy"], "unknown side 'numpy'"),
         (["--sampler", "eight_schools_noncentered", "--chains", "0"], "--chains"),
         (["--sampler", "eight_schools_noncentered", "--short", "1000"], "--short"),
@@ -198,3 +248,17 @@ def test_first_sample_compiles_nothing(monkeypatch):
     trace = nutpie.sample(compiled, chains=1, cores=1, tune=20, draws=20, seed=1, progress_bar=False)
     assert trace.posterior["mu"].shape == (1, 20)
     assert compiles == [], compiles
+
+
+def test_run_lengths_stretch_tiny_runs_and_shorten_heavy_ones():
+    # 200 short draws in 0.02 s: a 600-draw run predicts 0.06 s, lengthened to reach MIN_WALL_S (≤ 30×), timed PAIRS times
+    (tune, draws), pairs = sb.run_lengths(0.02, (100, 100), (300, 300), budget=120, min_wall=3.0)
+    assert (tune, draws) == (9000, 9000) and pairs == sb.PAIRS
+    (tune, draws), pairs = sb.run_lengths(0.5, (100, 100), (300, 300), budget=120, min_wall=3.0)
+    assert (tune, draws) == (600, 600) and pairs == sb.PAIRS
+    # a run predicted at 300 s is cut to the budget and timed once; never below the short run
+    (tune, draws), pairs = sb.run_lengths(100.0, (100, 100), (300, 300), budget=120, min_wall=3.0)
+    assert (tune, draws) == (120, 120) and pairs == 1
+    assert sb.run_lengths(1000.0, (100, 100), (300, 300), budget=120, min_wall=3.0) == ((101, 101), 1)
+    (tune, draws), pairs = sb.run_lengths(2.0, (100, 100), (300, 300), budget=120, min_wall=3.0)
+    assert (tune, draws) == (300, 300) and pairs == sb.PAIRS

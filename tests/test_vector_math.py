@@ -18,7 +18,7 @@ import pmfast.vmath as vm
 from pmfast.mode import get_mode
 from pmfast.passes.vector_math import converted_op
 from pmfast.vmath.elemwise import VmathElemwise
-from pmfast.vmath.ops import SUBSTITUTES, VmathOp, contains_vmath
+from pmfast.vmath.ops import SUBSTITUTES, VmathGammaLn, VmathLog1mexp, VmathOp, VmathPsi, contains_vmath
 from pmfast.vmath.reference import REFERENCES, ulp_error
 
 VM = ["vector_math"]
@@ -77,7 +77,7 @@ def test_every_substituted_op():
             -pt.softplus(-v), pt.erf(v), pt.erfc(v), pt.erfcx(v)]
     stock, fast = compile_pair([v], outs)
     kinds = {type(n.op) for node in vmath_nodes(fast) for n in _walk(node.op.scalar_op)}
-    assert set(SUBSTITUTES.values()) <= kinds
+    assert set(SUBSTITUTES.values()) - {VmathGammaLn, VmathPsi, VmathLog1mexp} <= kinds  # those: tests/test_vmath_gamma.py
     *got, got_erfcx = fast(w)
     *ref, _ = stock(w)  # scipy's erfcx loses ~10 ulp for x < 0 (rounded x^2 in exp): compare with mpmath
     for a, b in zip(got, ref, strict=True):
@@ -164,7 +164,7 @@ def test_short_static_erf_and_scalar_bodies_keep_libm():
     short = pt.tensor("w20", dtype="float64", shape=(20,))
     assert not vmath_nodes(compile_pair([short], pt.erf(short) * 2)[1])
     assert vmath_nodes(compile_pair([short], pt.exp(short) * 2)[1])
-    for scalar_call in (pt.arctan(v), pt.gammaln(pt.abs(v) + 1), v ** 2.5):
+    for scalar_call in (pt.arctan(v), pt.tanh(v), v ** 2.5):
         stock, fast = compile_pair([v], pt.exp(v) + scalar_call)
         assert not vmath_nodes(fast) and pmfast.fired(fast) == {}
     from pmfast.vmath.ops import vmath_scalar_op

@@ -344,7 +344,7 @@ def _build_fused(fgraph, node, scatters: bool, vectorize_all: bool = False):
         # sums them in lanes, or when its body calls math functions (stock's Elemwise reaches its
         # scalar code through a call LLVM does not inline, spilling around each libm call);
         # for branch-free arithmetic stock's Elemwise + vectorized Sum is as good
-        if not (vectorize_all and ndim == 1 and (will_vectorize(op.scalar_op) or _math_loop(node))):
+        if not (vectorize_all and ndim == 1 and ((will_vectorize(op.scalar_op) and _long_enough(node)) or _math_loop(node))):
             return None
 
     # index arrays may be shared with reads; buffers always get their own slot
@@ -416,6 +416,19 @@ def same_lengths(fgraph, loop: IndexedLoop, inputs) -> tuple:
 #: one more loop, and on a µs-scale model the loop's checks weigh (golf_putting's 31 erf terms
 #: of ``pm.Data``: 2.12 → 2.27 µs entry).
 MIN_MATH_LOOP = 32
+
+
+def _long_enough(node) -> bool:
+    """Is the 1-d ``node`` not known to be shorter than its body's vmath kernels need to beat libm
+    (:func:`pmfast.vmath.elemwise.libm_below`: gammaln, digamma, erf)? The chunked loop runs each
+    chunk's last ``n mod 8`` elements one at a time, where those kernels cost 2-5x libm; a
+    ``VmathElemwise`` (what the node is now) switches to libm below that length at run time. A
+    length that is not static stays a chunked loop: a wide ``VmathElemwise`` body may not vectorize
+    (the NB GLM's 10-output body: 633 µs as one, 102 µs chunked, 242 stock)."""
+    from pmfast.vmath.elemwise import libm_below
+
+    n = node.outputs[0].type.shape[0]
+    return n is None or n >= libm_below(node.op.scalar_op)
 
 
 def _math_loop(node) -> bool:

@@ -3,7 +3,7 @@
 llvmlite here has no SVML: ``exp``/``log``/``log1p``/``erfc``... in a numba loop
 are scalar libm calls, and a loop that makes one never vectorizes. The rewrite
 replaces, in every scalar body the numba backend compiles into a loop, the
-stock scalar ops ``exp, expm1, log, log1p, softplus, sigmoid, erf, erfc, erfcx``
+stock scalar ops ``exp, expm1, log, log1p, softplus, sigmoid, erf, erfc, erfcx, gammaln, psi, log1mexp``
 by subclasses (:mod:`pmfast.vmath.ops`) whose numba function is the
 branch-free pmfast.vmath kernel, which LLVM inlines and widens. Matched:
 
@@ -25,8 +25,8 @@ remainder: nodes of static size below :data:`MIN_STATIC_SIZE` or the body's cros
 resize) is converted and its loop branches to stock's libm loop below that size at run time.
 
 Safe because each kernel computes the same function within 2 ulp (the table
-in docs/vmath.md), with the same special values; only float64 ops are
-replaced. Declined entirely while :func:`pmfast.vmath.is_enabled` is false
+in docs/vmath.md; gammaln and psi: a few ulp, or a few 1e-16 absolute near their roots), with the
+same special values; only float64 ops are replaced (gammaln and psi: also of integer inputs). Declined entirely while :func:`pmfast.vmath.is_enabled` is false
 (the one switch: ``pmfast.vmath.disable()`` / ``PMFAST_VECTOR_MATH=0`` give
 libm's exact values). The switch state is in the graph itself (vmath ops or
 stock ops), so every numba cache key follows it.
@@ -123,7 +123,7 @@ class VectorMath(PassRewriter):
 
 
 vector_math_pass = register_pass(
-    PASS_NAME, "exp/log/log1p/expm1/softplus/sigmoid/erf/erfc/erfcx in loop bodies as vectorizable pmfast.vmath kernels"
+    PASS_NAME, "exp/log/log1p/expm1/softplus/sigmoid/erf/erfc/erfcx/gammaln/psi/log1mexp in loop bodies as vectorizable pmfast.vmath kernels"
 )
 
 # Position 49.3: after every pass that builds or rewrites scalar bodies (fusion 49,

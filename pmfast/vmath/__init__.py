@@ -4,12 +4,14 @@ llvmlite here has no SVML, so ``math.exp`` in a numba loop is a scalar libm call
 and the loop never vectorizes. These kernels are plain numba functions built
 from arithmetic, bit casts, fma and selects (no branch, no libm call), so LLVM
 inlines them and widens a loop that calls them (a reduction needs the loop's
-``+=`` to be reassociable: ``fastmath={"reassoc"}``). Each is within 2 ulp of a
+``+=`` to be reassociable: ``fastmath={"reassoc"}``). Each of the first twelve is within 2 ulp of a
 high-precision reference over its whole domain, with IEEE special values
 (see docs/vmath.md for the ulp table and timings).
 
 Kernels (float64 -> float64, call them from ``@njit`` code):
-``exp, expm1, log, log1p, softplus, sigmoid, log_sigmoid, erf, erfc, erfcx, ndtr, log_ndtr``.
+``exp, expm1, log, log1p, softplus, sigmoid, log_sigmoid, erf, erfc, erfcx, ndtr, log_ndtr``, and
+``gammaln, digamma, log1mexp`` (:mod:`pmfast.vmath.gamma`: near the roots of gammaln and digamma an
+absolute rather than a relative accuracy).
 
 The switch (:func:`enable`, :func:`disable`, :func:`disabled`, default from the
 environment variable ``PMFAST_VECTOR_MATH``, on unless ``0``) decides whether the
@@ -25,6 +27,7 @@ import os
 from pmfast.vmath._cache import VERSION
 from pmfast.vmath.normal import erf, erfc, erfcx, log_ndtr, ndtr
 from pmfast.vmath.explog import exp, expm1, log, log1p, log_sigmoid, sigmoid, softplus
+from pmfast.vmath.gamma import digamma, gammaln, log1mexp
 
 #: name -> kernel, every public kernel
 KERNELS = {
@@ -40,6 +43,9 @@ KERNELS = {
     "erfcx": erfcx,
     "ndtr": ndtr,
     "log_ndtr": log_ndtr,
+    "gammaln": gammaln,
+    "digamma": digamma,
+    "log1mexp": log1mexp,
 }
 
 _enabled = os.environ.get("PMFAST_VECTOR_MATH", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -84,7 +90,10 @@ __all__ = [
     "erfcx",
     "exp",
     "expm1",
+    "digamma",
+    "gammaln",
     "is_enabled",
+    "log1mexp",
     "log",
     "log1p",
     "log_ndtr",

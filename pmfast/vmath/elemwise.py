@@ -43,8 +43,10 @@ FLAT_BELOW = 16
 #: left run in its scalar remainder, where an inlined erf is twice libm's cost (22 vs 12 ns), so
 #: a short erf loop loses (31 elements: erf 1.11x, erfc 1.42x stock). The other kernels win from
 #: 4 elements on (0.5-0.85x): stock's loop calls its body per element. Measured by
-#: bench/vmath_crossover.py (docs/vmath.md); an empty dict: always the vmath loop.
-LIBM_BELOW = {"erf": 32, "erfc": 32}
+#: bench/vmath_crossover.py (docs/vmath.md); an empty dict: always the vmath loop. gammaln and
+#: digamma cost ~45 ns one element at a time against libm's ~9 ns (vectorized ~5): a 30-element
+#: Poisson loop was 1.17x, 40 elements 0.53x, 64 elements 0.52x, whatever n mod 8 (2026-12-06).
+LIBM_BELOW = {"erf": 32, "erfc": 32, "gammaln": 64, "digamma": 64}
 
 
 def libm_below(scalar_op) -> float:

@@ -43,6 +43,9 @@ VmathSigmoid = _subclass(psm.Sigmoid, "sigmoid")
 VmathErf = _subclass(psm.Erf, "erf")
 VmathErfc = _subclass(psm.Erfc, "erfc")
 VmathErfcx = _subclass(psm.Erfcx, "erfcx")
+VmathGammaLn = _subclass(psm.GammaLn, "gammaln")
+VmathPsi = _subclass(psm.Psi, "digamma")
+VmathLog1mexp = _subclass(psm.Log1mexp, "log1mexp")
 
 #: stock scalar op type -> its vmath subclass
 SUBSTITUTES: dict[type, type] = {
@@ -55,11 +58,20 @@ SUBSTITUTES: dict[type, type] = {
     psm.Erf: VmathErf,
     psm.Erfc: VmathErfc,
     psm.Erfcx: VmathErfcx,
+    psm.GammaLn: VmathGammaLn,
+    psm.Psi: VmathPsi,
+    psm.Log1mexp: VmathLog1mexp,
 }
+#: vmath subclasses whose kernel also takes integer inputs (converted to float64 first: ``gammaln(y + 1)`` of counts)
+INTEGER_INPUTS = (VmathGammaLn, VmathPsi)
 
 
 def _float64(dtypes) -> bool:
     return all(str(d) == "float64" for d in dtypes)
+
+
+def _numeric(dtypes) -> bool:
+    return all(str(d) == "float64" or str(d).startswith(("int", "uint")) for d in dtypes)
 
 
 def vmath_scalar_op(op, in_dtypes, out_dtypes):
@@ -70,7 +82,8 @@ def vmath_scalar_op(op, in_dtypes, out_dtypes):
     Composites too). Other dtypes keep libm (the kernels are float64).
     """
     if type(op) in SUBSTITUTES:
-        if not (_float64(in_dtypes) and _float64(out_dtypes)):
+        inputs_ok = _numeric(in_dtypes) if issubclass(SUBSTITUTES[type(op)], INTEGER_INPUTS) else _float64(in_dtypes)
+        if not (inputs_ok and _float64(out_dtypes)):
             return None
         return SUBSTITUTES[type(op)](op.output_types_preference, name=f"vmath_{op.name or SUBSTITUTES[type(op)].kernel}")
     if not isinstance(op, Composite):
