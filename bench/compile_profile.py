@@ -24,6 +24,7 @@ rewrites' growth exponent can be measured on big graphs in seconds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -206,8 +207,13 @@ def rewrites_worker(model_spec, side, passes):
     from pmfast.loading import load_model
 
     model, _ = load_model(model_spec)
+    if side != "stock":  # as pmfast.compile builds it: pmfast's compile-scoped patches active
+        from pmfast import compiler
+
+        compiler.setup()
     c0 = time.process_time()
-    joined, logp, grad, _, _ = logp_dlogp_graph(model)
+    with patching.compiling() if side != "stock" else contextlib.nullcontext():
+        joined, logp, grad, _, _ = logp_dlogp_graph(model)
     timings = {"graph build": time.process_time() - c0}
     mode = pmfast.get_mode("none" if side == "stock" else passes)
     ours = {getattr(r, "name", None) for r in optdb.__db__.get("pmfast", ())}
