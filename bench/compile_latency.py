@@ -7,7 +7,10 @@ Scenarios (each side of each run is its own process; seconds exclude imports
 and model building unless stated):
 
 * ``cold``: empty pytensor/numba caches (a fresh ``base_compiledir`` and ``NUMBA_CACHE_DIR``):
-  ``nutpie.compile_pymc_model`` vs ``pmfast.compile``.
+  ``nutpie.compile_pymc_model`` vs ``pmfast.compile``; with side ``jax`` (``--sides
+  stock,pmfast,jax``), nutpie's JAX backend: its compile and its first jit (a first short
+  ``nutpie.sample``, 1 chain x 10 + 10 draws, where XLA compiles), wall = both. Each reports its
+  peak RSS (``peak_rss_mb``: the process; ``peak_rss_children_mb``: its largest forked child).
 * ``warm``: the same call again in ``--warm`` new processes on the cold run's
   cache (median).
 * ``used``: a new model on a used machine: one process compiles every other
@@ -92,7 +95,12 @@ def worker(task: str, side: str, specs: list[str]) -> dict:
     (spec,) = specs
     model, _ = load_model(spec)
     w0, c0 = time.perf_counter(), _cpu()
-    if task == "compile":
+    if task == "compile" and side == "jax":
+        compiled = nutpie.compile_pymc_model(model, backend="jax", gradient_backend="pytensor")
+        out["compile_s"] = time.perf_counter() - w0
+        nutpie.sample(compiled, chains=1, tune=10, draws=10, seed=1, progress_bar=False)
+        out["jit_s"] = time.perf_counter() - w0 - out["compile_s"]
+    elif task == "compile":
         compiled = nutpie.compile_pymc_model(model) if side == "stock" else pmfast.compile(model)
         out.update(
             timings=getattr(compiled, "timings", {}), cpu_timings=getattr(compiled, "cpu_timings", {}), cache=dict(cache.stats)
@@ -114,6 +122,9 @@ def worker(task: str, side: str, specs: list[str]) -> dict:
     else:
         raise ValueError(task)
     out.update(wall_s=time.perf_counter() - w0, cpu_s=_cpu() - c0, load_end=os.getloadavg()[0])
+    from pmfast.bench import peak_rss_mb
+
+    out.update(peak_rss_mb=peak_rss_mb(), peak_rss_children_mb=peak_rss_mb(children=True))
     return out
 
 
@@ -168,7 +179,10 @@ def _median(runs, key="wall_s"):
 
 
 def _fmt(runs) -> str:
-    return f"{_median(runs):6.2f} s (cpu {_median(runs, 'cpu_s'):5.2f}, load {max(r['load'] for r in runs):.1f})"
+    rss = max(r.get("peak_rss_mb", 0) for r in runs)
+    kids = max(r.get("peak_rss_children_mb", 0) for r in runs)
+    extra = f", compile {_median(runs, 'compile_s'):.2f} + jit {_median(runs, 'jit_s'):.2f}" if "jit_s" in runs[0] else ""
+    return f"{_median(runs):6.2f} s (cpu {_median(runs, 'cpu_s'):5.2f}, load {max(r['load'] for r in runs):.1f}, rss {rss:.0f}/{kids:.0f} MB{extra})"
 
 
 def main(argv=None) -> None:

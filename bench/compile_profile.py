@@ -24,6 +24,7 @@ rewrites' growth exponent can be measured on big graphs in seconds.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -179,12 +180,16 @@ def worker(model_spec, side, passes, top):
         compiled = pmfast.compile(model, passes=passes)
         timings = compiled.timings
     out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "timings": timings}
+    # the forked worker's CPU (pmfast.compiler.handover), not in this process's numba events
+    out["worker_cpu"] = getattr(compiled, "cpu_timings", {}).get("numba: worker", 0.0)
+    out["parts"] = [len(getattr(k, "parts", ())) for k in getattr(compiled, "kernels", ())]
     out.update(rec.summary(top))
     out["n_dim"] = int(compiled.n_dim)
     out["nodes"] = logp_nodes(model)
     from pmfast.bench import peak_rss_mb
 
     out["peak_rss_mb"] = peak_rss_mb()
+    out["peak_rss_children_mb"] = peak_rss_mb(children=True)
     return out
 
 
@@ -202,8 +207,13 @@ def rewrites_worker(model_spec, side, passes):
     from pmfast.loading import load_model
 
     model, _ = load_model(model_spec)
+    if side != "stock":  # as pmfast.compile builds it: pmfast's compile-scoped patches active
+        from pmfast import compiler
+
+        compiler.setup()
     c0 = time.process_time()
-    joined, logp, grad, _, _ = logp_dlogp_graph(model)
+    with patching.compiling() if side != "stock" else contextlib.nullcontext():
+        joined, logp, grad, _, _ = logp_dlogp_graph(model)
     timings = {"graph build": time.process_time() - c0}
     mode = pmfast.get_mode("none" if side == "stock" else passes)
     ours = {getattr(r, "name", None) for r in optdb.__db__.get("pmfast", ())}
@@ -262,7 +272,7 @@ def exponent(xs, ys) -> float:
 
 def stages(r) -> dict:
     """Seconds per stage of one profile: pmfast's own stages, numba phases and LLVM steps."""
-    out = {"wall": r["wall"], "cpu": r["cpu"]}
+    out = {"wall": r["wall"], "cpu": r["cpu"], "worker cpu": r.get("worker_cpu", 0.0)}
     out.update({f"stage:{k}": v for k, v in r["timings"].items()})
     out.update({f"numba:{k}": v for k, v in r["by_phase"].items()})
     out.update({f"llvm:{k}": v for k, v in r["llvm_steps"].items()})
@@ -332,8 +342,9 @@ def profile_one(spec, args) -> dict:
             if v >= 0.005:
                 print(f"  {k[:50]:<50}{v:7.2f}")
         return r
-    print(f"{spec} ({args.side}): wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s, n_dim {r['n_dim']}, "
-          f"logp nodes {r['nodes']}, peak RSS {r['peak_rss_mb']:.0f} MB")
+    print(f"{spec} ({args.side}): wall {r['wall']:.2f} s, cpu {r['cpu']:.2f} s (worker {r.get('worker_cpu', 0):.2f}), "
+          f"n_dim {r['n_dim']}, logp nodes {r['nodes']}, peak RSS {r['peak_rss_mb']:.0f} MB "
+          f"(forked children {r.get('peak_rss_children_mb', 0):.0f} MB), parts {r.get('parts')}")
     for k, v in r["timings"].items():
         print(f"  stage {k:<36}{v:7.2f}")
     print(f"  numba functions compiled: {r['n_functions']}; cache loads {r['n_cache_loads']} ({r['cache_load_total']:.2f} s)")

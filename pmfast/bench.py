@@ -51,9 +51,10 @@ class BenchError(RuntimeError):
     """A benchmark worker failed; the message says which model and side."""
 
 
-def peak_rss_mb() -> float:
-    """Peak resident set size of this process so far, in MB."""
-    kb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+def peak_rss_mb(children: bool = False) -> float:
+    """Peak resident set size of this process so far, in MB (``children``: of the largest of its
+    waited-for children, e.g. a compile's forked workers)."""
+    kb = resource.getrusage(resource.RUSAGE_CHILDREN if children else resource.RUSAGE_SELF).ru_maxrss
     return kb / (1024 * 1024) if sys.platform == "darwin" else kb / 1024
 
 

@@ -11,7 +11,6 @@ nutpie changes any of the helpers.
 from __future__ import annotations
 
 import contextlib
-import functools
 import sys
 import threading
 import time
@@ -129,11 +128,6 @@ def compile_numba(
         )
 
 
-def _child_compile(expand) -> None:
-    """What the forked process compiles into the cache (see :mod:`pmfast.compiler.parallel`)."""
-    expand.compile()
-
-
 @contextlib.contextmanager
 def _creation_traces():
     """pytensor's compile-time creation traces for the graphs pymc and nutpie build meanwhile.
@@ -199,7 +193,7 @@ def _compile_numba(
     from pymc.initial_point import make_initial_point_fn
     from pymc.model.transform.optimization import freeze_dims_and_data
 
-    from pmfast.compiler import callbacks, entry, parallel
+    from pmfast.compiler import callbacks, entry, handover
 
     timings: dict[str, float] = {}
     cpu_timings: dict[str, float] = {}
@@ -254,25 +248,36 @@ def _compile_numba(
         "logp": entry.prepare_entry(spec("logp", logp_fn_pt, n_dim), logp_fn_pt),
         "expand": entry.prepare_entry(spec("expand", expand_fn_pt, n_expanded), expand_fn_pt),
     }
-    # a forked process (the other core) compiles the expand entry into the cache while this one
-    # compiles logp+grad (both inline their node functions: nothing else is shared to precompile)
-    expand = prepared["expand"]
-    child = None
-    if expand.key is not None and not expand.in_cache():
-        child = parallel.fork(functools.partial(_child_compile, expand))
+    # a forked process (the other core) compiles the expand entry and the logp+grad entry's parts
+    # while this one compiles the logp+grad entry (a whole one) or its parts too, each taking the next
+    # as it is done; this one then loads what the other compiled (compiler.handover)
+    expand, logp = prepared["expand"], prepared["logp"]
     entries = {}
+
+    def compile_logp():
+        entries["logp"] = logp.compile()
+
     with timed("numba: logp+grad kernel") as t:
-        entries["logp"] = prepared["logp"].compile()
-        t.rename("numba: logp+grad kernel" + (" (cached)" if entries["logp"].cache_hit else ""))
+        worker = handover.share(handover.jobs(logp, expand) if logp.parts else handover.jobs(expand), None if logp.parts else compile_logp)
+        if worker is not None and logp.parts:
+            worker.finish()
+        if "logp" not in entries:
+            entries["logp"] = logp.compile()
+        shared = f" ({len(logp.parts)} parts, with a worker)" if worker and logp.parts else f" ({len(logp.parts)} parts)" if logp.parts else ""
+        t.rename("numba: logp+grad kernel" + (" (cached)" if entries["logp"].cache_hit else "") + shared)
     with timed("numba: expand kernel") as t:
-        if child is not None:
-            child.wait()
-        entries["expand"] = prepared["expand"].compile()
-        t.rename("numba: expand kernel" + (" (cached)" if entries["expand"].cache_hit else "") + (" (in parallel)" if child else ""))
+        if worker is not None:
+            worker.finish()
+            cpu_timings["numba: worker"] = worker.cpu_seconds
+        entries["expand"] = expand.compile()
+        t.rename("numba: expand kernel" + (" (cached)" if entries["expand"].cache_hit else "") + (" (in parallel)" if worker else ""))
     with timed("numba: logp+grad wrapper") as t:
         cfuncs = callbacks.compiled()
         t.rename("numba: logp+grad wrapper (cached)" if all(c.cache_hits for c in cfuncs.values()) else "numba: logp+grad wrapper")
-    callbacks.set_header(user_data, entries["logp"].address, entries["expand"].address, n_dim, n_expanded)
+    callbacks.set_header(
+        user_data, entries["logp"].address, entries["expand"].address, n_dim, n_expanded,
+        entries["logp"].table_address, entries["expand"].table_address,
+    )
     logp_cfunc, expand_cfunc = cfuncs["logp"], cfuncs["expand"]
 
     dims, coords = _np_compile._prepare_dims_and_coords(model, shape_info)
@@ -341,7 +346,7 @@ def logp_kernel(fn):
     with patching.compiling(), symbols.guarded(), overloads.plain_errors():
         compiled = entry.compile_entry(spec, fn)
     cfunc = callbacks.compiled()["logp"]
-    callbacks.set_header(user_data, compiled.address, 0, n_dim, 0)
+    callbacks.set_header(user_data, compiled.address, 0, n_dim, 0, compiled.table_address)
 
     class Kernel:
         entry = compiled

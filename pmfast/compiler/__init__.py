@@ -25,7 +25,9 @@ numba's SSA reconstruction visit only the blocks that mention each variable;
 :mod:`~pmfast.compiler.frames` makes pytensor's failed graph validations
 cheap; :mod:`~pmfast.compiler.c_code` reads pytensor's C code files once per
 class instead of once per op; :mod:`~pmfast.compiler.constants` builds a tensor
-constant's merge signature once; :mod:`~pmfast.compiler.determinism` makes the
+constant's merge signature once; :mod:`~pmfast.compiler.static_shapes` folds an ``Alloc``'s
+static shape from static types before pytensor clones the ancestors of its entries;
+:mod:`~pmfast.compiler.determinism` makes the
 rewritten graph the same in every process. :func:`setup` installs them all (once per process);
 all but the overloads and the cache hardening act only inside pmfast's compiles
 (:func:`pmfast.compiler.patching.compiling`) and call numba's and pytensor's own code outside them.
@@ -40,7 +42,7 @@ from pmfast.compiler.patching import patches  # noqa: F401  (the public list)
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, overloads, ssa, subroutines
+    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, overloads, ssa, static_shapes, subroutines
 
     overloads.install()
     subroutines.install()
@@ -50,6 +52,7 @@ def setup() -> None:
     frames.install()
     c_code.install()
     constants.install()
+    static_shapes.install()
     determinism.install()
 
 

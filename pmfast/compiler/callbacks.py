@@ -27,9 +27,13 @@ from numba.core import types as t
 
 from pmfast.compiler.native import array_view, call_native3, call_native4
 
-#: The header pmfast adds in front of nutpie's ``shared`` field (one uint64 word each).
-HEADER = ("pmfast_logp_entry", "pmfast_expand_entry", "pmfast_n_dim", "pmfast_n_expanded")
-LOGP_WORD, EXPAND_WORD, N_DIM_WORD, N_EXPANDED_WORD = range(len(HEADER))
+#: The header pmfast adds in front of nutpie's ``shared`` field (one uint64 word each): the entries'
+#: addresses, the sizes, and the addresses of the entries' tables of parts (:mod:`pmfast.compiler.parts`;
+#: 0 for an entry compiled whole). The callbacks read the first four.
+HEADER = ("pmfast_logp_entry", "pmfast_expand_entry", "pmfast_n_dim", "pmfast_n_expanded", "pmfast_logp_parts", "pmfast_expand_parts")
+LOGP_WORD, EXPAND_WORD, N_DIM_WORD, N_EXPANDED_WORD, LOGP_PARTS_WORD, EXPAND_PARTS_WORD = range(len(HEADER))
+#: The header word of each entry kind's table of parts.
+PARTS_WORD = {"logp": LOGP_PARTS_WORD, "expand": EXPAND_PARTS_WORD}
 
 LOGP_SIG = t.int64(t.uint64, t.CPointer(t.double), t.CPointer(t.double), t.CPointer(t.double), t.voidptr)
 EXPAND_SIG = t.int64(t.uint64, t.uint64, t.CPointer(t.double), t.CPointer(t.double), t.voidptr)
@@ -67,8 +71,12 @@ def with_header(theirs: np.ndarray) -> np.ndarray:
     return ours
 
 
-def set_header(user_data: np.ndarray, logp_entry: int, expand_entry: int, n_dim: int, n_expanded: int) -> None:
-    for name, value in zip(HEADER, (logp_entry, expand_entry, n_dim, n_expanded), strict=True):
+def set_header(
+    user_data: np.ndarray, logp_entry: int, expand_entry: int, n_dim: int, n_expanded: int, logp_parts: int = 0, expand_parts: int = 0
+) -> None:
+    """Write the header; ``*_parts``: the address of each entry's table of parts (kept alive by the caller)."""
+    values = (logp_entry, expand_entry, n_dim, n_expanded, logp_parts, expand_parts)
+    for name, value in zip(HEADER, values, strict=True):
         user_data[name] = value
 
 

@@ -305,7 +305,11 @@ def signature(kind: str):
 
 @dataclass
 class Entry:
-    """A compiled entry: the dispatcher (kept alive: the address points into its code), address, key."""
+    """A compiled entry: the dispatcher (kept alive: the address points into its code), address, key.
+
+    ``table``: the native addresses of its parts (:mod:`pmfast.compiler.parts`), whose address goes
+    into ``user_data``'s header (None for an entry compiled whole); ``parts`` keeps them alive.
+    """
 
     spec: EntrySpec
     source: str
@@ -313,6 +317,12 @@ class Entry:
     dispatcher: object
     address: int
     cache_hit: bool
+    table: np.ndarray | None = None
+    parts: tuple = ()
+
+    @property
+    def table_address(self) -> int:
+        return 0 if self.table is None else int(self.table.ctypes.data)
 
 
 def lean_ir_enabled() -> bool:
@@ -363,18 +373,24 @@ class PreparedEntry:
     dispatcher: object
     inlined: tuple[str, ...] = ()
     fallback: object = None
+    parts: tuple = ()
+    """The entry's parts (:class:`pmfast.compiler.parts.Part`), compiled before it; () if compiled whole."""
+    weight: int = 0
+    """What it costs to compile, in :func:`pmfast.compiler.parts.weights`' units."""
 
     def in_cache(self) -> bool:
         """Whether numba's cache has an index for this entry (the compile will most likely be a load)."""
         from pmfast.compiler import cache
 
-        return cache.has_index(self.dispatcher)
+        return cache.has_index(self.dispatcher) and all(p.in_cache() for p in self.parts)
 
     def compile(self) -> Entry:
         from pmfast.compiler import cache, native
 
         sig = signature(self.spec.kind)
         try:
+            for part in self.parts:
+                part.compile()
             self.dispatcher.compile(sig)
         except Exception as err:
             if not self.inlined:
@@ -382,7 +398,9 @@ class PreparedEntry:
             cache.log.warning("pmfast: compiling the %s entry with inlined node functions failed (%s); calling them", self.spec.kind, type(err).__name__)
             return self.fallback().compile()
         hit = cache.count(self.dispatcher, self.key)
-        return Entry(self.spec, self.source, self.key, self.dispatcher, native.native_address(self.dispatcher, sig), hit)
+        table = np.array([p.address() for p in self.parts], dtype=np.uint64) if self.parts else None
+        address = native.native_address(self.dispatcher, sig)
+        return Entry(self.spec, self.source, self.key, self.dispatcher, address, hit, table, self.parts)
 
 
 def _inline_plan(spec: EntrySpec, env: dict) -> tuple[str, ...]:
@@ -453,6 +471,12 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
             spec = scalar_spec
             plan = plan + tuple(n for n, _ in spec.env if n.startswith("_pm_scalar_"))
     env.update(spec.env)
+    from pmfast.compiler import parts
+
+    if not big:
+        prepared = parts.prepare(original, spec, fn, env, plan, options)
+        if prepared is not None:
+            return prepared
     src = generate_source(spec, name)
     # the key covers the computation (the source calling every node function): whether some
     # of them are inlined into the compiled code doesn't change what it computes
@@ -481,7 +505,8 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )
-    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(original, fn, inline=False))
+    weight = sum(parts.weights(spec.body, env))
+    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(original, fn, inline=False), weight=weight)
 
 
 def compile_entry(spec: EntrySpec, fn) -> Entry:

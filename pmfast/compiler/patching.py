@@ -219,6 +219,13 @@ PATCHES: tuple[Patch, ...] = (
         ("tests/link/numba/", "tests/tensor/test_var.py"),
     ),
     Patch(
+        "pytensor.tensor.basic:infer_static_shape",
+        "pmfast.compiler.static_shapes",
+        "an Alloc's static shape folded from static types when every entry folds, before pytensor clones the entries' ancestors into a FunctionGraph (the logp+grad graph build grew with graph size times Blockwise nodes)",
+        "compile",
+        ("tests/tensor/test_basic.py", "tests/tensor/test_extra_ops.py"),
+    ),
+    Patch(
         "pytensor.config:traceback__limit",
         "pmfast.nutpie_glue",
         "no creation traces for the graphs pymc and nutpie build inside pmfast.compile (a limit the user set is kept)",

@@ -199,12 +199,26 @@ class SiblingFusion(SiblingMerger):
 
     @staticmethod
     def _find_pair(fgraph, declined):
+        """The first pair ``(a, b)`` in toposort order (``a`` first) that may merge, or None.
+
+        Only pairs that share data can merge, so each ``a`` is paired with the later nodes that
+        share one of its data keys (:func:`_data_keys`), in toposort order: the same first pair
+        as trying every later node. A pair found dependent (a path from ``a`` to ``b``) stays
+        dependent as pairs merge (merging never removes a path), so it joins ``declined``.
+        """
         nodes = [n for n in fgraph.toposort() if _loop_candidate(fgraph, n)]
+        pos = {n: k for k, n in enumerate(nodes)}
+        keys = {n: _data_keys(n) for n in nodes}
+        sharing: dict = {}
+        for n in nodes:
+            for key in keys[n]:
+                sharing.setdefault(key, []).append(n)
         for i, a in enumerate(nodes):
-            for b in nodes[i + 1 :]:
+            later = {b for key in keys[a] for b in sharing[key] if pos[b] > i}
+            for b in sorted(later, key=pos.__getitem__):
                 if (a, b) in declined:
                     continue
-                if not _shares_data(a, b) or not _same_shape(fgraph, a, b):
+                if not _same_shape(fgraph, a, b):
                     continue
                 if _weight(set(a.inputs) | set(b.inputs)) > MAX_INPUTS:
                     continue
@@ -212,9 +226,19 @@ class SiblingFusion(SiblingMerger):
                     continue
                 # b comes after a in the toposort: only b can depend on a
                 if set(a.outputs) & set(ancestors(b.inputs)):
+                    declined.add((a, b))
                     continue
                 return a, b
         return None
+
+
+def _data_keys(node) -> set:
+    """What ``node`` reads that another node may share (:func:`_shares_data`): ``(ndim, input)`` for
+    each input not broadcast on every axis, ``(ndim, index)`` for each gathered input's index."""
+    nd = node.outputs[0].type.ndim
+    keys = {(nd, "input", v) for v in node.inputs if not all(v.type.broadcastable[:nd])}
+    keys |= {(nd, "index", k) for k in (_gather_key(v) for v in node.inputs) if k is not None}
+    return keys
 
 
 # Position 49.18: after ``elemwise_fusion`` (49) built the Composites and

@@ -1,0 +1,188 @@
+"""Two processes compiling one model's functions: a forked worker hands its compiled code over.
+
+numba compiles one function at a time per process. :func:`share` forks a worker
+(:mod:`pmfast.compiler.parallel`) and both processes take jobs (an entry's parts, the expand entry:
+:func:`jobs`) from one pipe, one byte per job, so each job is compiled once and the faster process
+takes more. The worker writes each compiled function to a file (numba's own serialisation of a
+compile result: the object code, the linkable module, the environment, as its on-disk cache
+stores them); this process loads them into the same dispatchers (:func:`adopt`) as a cache hit
+would. No on-disk cache is needed: a part that numba won't cache (it embeds a ctypes function
+pointer, e.g. pytensor's LAPACK calls: a *dynamic global*) is handed over too. Such an address
+was valid in the worker, a fork of this process; it is valid here when it points into the same
+file mapped at the same place, which :func:`_where` checks for each of them (an address into
+anonymous memory, or memory mapped after the fork, is refused: the function is compiled here).
+
+Where a function is compiled never changes its code (the same source, types and flags give the
+same object code), so the bits of a model's results don't depend on the worker. Without a fork
+(``PMFAST_PARALLEL_COMPILE=0``, threads, no ``fork``), everything is compiled here.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import logging
+import shutil
+import time
+import tempfile
+from dataclasses import dataclass
+
+log = logging.getLogger("pmfast.compiler")
+
+#: Most jobs handed out (one byte each).
+MAX_JOBS = 255
+
+
+@dataclass
+class Job:
+    """Compile ``dispatcher`` for ``argtypes`` (``run``: what does it, e.g. a part's entry compile)."""
+
+    weight: int
+    dispatcher: object
+    argtypes: tuple
+    run: object
+
+
+def jobs(*entries) -> list[Job]:
+    """What of prepared ``entries`` (:class:`pmfast.compiler.entry.PreparedEntry`) two processes can
+    compile apart, heaviest first: each part not in the cache, and each entry compiled whole that is
+    not. A part's entry is compiled after them, where it is needed."""
+    from pmfast.compiler import entry
+
+    out = []
+    for e in entries:
+        if e.parts:
+            out += [Job(p.spec.weight, p.dispatcher, p.spec.argtypes, p.compile) for p in e.parts if not p.in_cache()]
+        elif not e.in_cache():
+            out.append(Job(e.weight, e.dispatcher, tuple(entry.signature(e.spec.kind).args), lambda d=e.dispatcher, k=e.spec.kind: d.compile(entry.signature(k))))
+    return sorted(out, key=lambda j: -j.weight)[:MAX_JOBS]
+
+
+def _where(address: int):
+    """``(file, offset)`` of the file mapping ``address`` points into in this process, or None."""
+    with open("/proc/self/maps") as f:
+        for line in f:
+            fields = line.split(maxsplit=5)
+            lo, hi = (int(x, 16) for x in fields[0].split("-"))
+            if lo <= address < hi:
+                path = fields[5].strip() if len(fields) > 5 else ""
+                if not path.startswith("/"):
+                    return None
+                return path, int(fields[2], 16) + address - lo
+    return None
+
+
+def _addresses(library) -> list[int]:
+    """The dynamic addresses ``library``'s code embeds (numba names each global after its address; LLVM
+    suffixes a second one of a name with ``.1`` when it links modules)."""
+    prefix = "numba.dynamic.globals."
+    return sorted({int(name[len(prefix):].split(".")[0], 16) for name in library._dynamic_globals if name.startswith(prefix)})
+
+
+def _export(job: Job, path: str) -> None:
+    """Write ``job``'s compile result to ``path`` (in the worker)."""
+    from numba.core.serialize import dumps
+
+    cres = job.dispatcher.overloads[job.argtypes]
+    places = {a: _where(a) for a in _addresses(cres.library)}
+    if any(p is None for p in places.values()):
+        return
+    data = dumps((cres._reduce(), places))
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.rename(path + ".tmp", path)
+
+
+def adopt(job: Job, path: str) -> bool:
+    """Load the compile result the worker wrote to ``path`` into ``job``'s dispatcher; False if it
+    can't be used here (not written, or an embedded address that is not the same here)."""
+    from numba.core.compiler import CompileResult
+
+    dispatcher = job.dispatcher
+    if job.argtypes in dispatcher.overloads:
+        return True
+    try:
+        with open(path, "rb") as f:
+            payload, places = pickle.loads(f.read())
+    except (OSError, EOFError, pickle.UnpicklingError):
+        return False
+    if any(_where(a) != p for a, p in places.items()):
+        return False
+    ctx = dispatcher.targetctx
+    cres = CompileResult._rebuild(ctx, *payload)
+    ctx.insert_user_function(cres.entry_point, cres.fndesc, [cres.library])
+    dispatcher.add_overload(cres)
+    return True
+
+
+def _drain(r: int, todo: list[Job], outdir: str | None) -> None:
+    """Compile the jobs whose numbers this process reads from pipe ``r`` until it is empty (one byte
+    each: both processes read the same pipe, so each job is taken once). The worker (``outdir``)
+    writes each result there (unless numba's cache holds it). A job's error is left to whoever
+    compiles it again where it's needed."""
+    from pmfast.compiler import cache
+
+    while job := os.read(r, 1):
+        i = job[0]
+        t0 = time.process_time()
+        try:
+            todo[i].run()
+            if outdir is not None and not cache.has_index(todo[i].dispatcher):
+                _export(todo[i], os.path.join(outdir, f"{i}.nbr"))
+        except Exception:
+            pass
+        log.debug("pmfast: %s compiled job %d (weight %d) in %.2f CPU s", "the worker" if outdir else "this process", i, todo[i].weight, time.process_time() - t0)
+
+
+class Shared:
+    """The worker of :func:`share`: :meth:`finish` waits for it and adopts what it compiled."""
+
+    def __init__(self, child, todo: list[Job], outdir: str):
+        self.child, self.todo, self.outdir = child, todo, outdir
+        self.adopted = 0
+        self.cpu_seconds = 0.0
+        self._done = False
+
+    def finish(self) -> None:
+        """Wait for the worker; adopt what it compiled that numba's cache doesn't hold (the rest
+        this process loads from the cache, as any cached function)."""
+        from pmfast.compiler import cache
+
+        if self._done:
+            return
+        self._done = True
+        try:
+            self.child.wait()
+            self.cpu_seconds = self.child.cpu_seconds
+            for i, job in enumerate(self.todo):
+                path = os.path.join(self.outdir, f"{i}.nbr")
+                if job.argtypes in job.dispatcher.overloads or not os.path.exists(path) or cache.has_index(job.dispatcher):
+                    continue
+                self.adopted += adopt(job, path)
+        finally:
+            shutil.rmtree(self.outdir, ignore_errors=True)
+
+
+def share(todo: list[Job], first=None) -> Shared | None:
+    """Compile ``todo`` here and in a forked worker at once, each taking the next job as it finishes
+    one; this process runs ``first()`` (if given) before it takes any. Returns the worker (call its
+    ``finish()`` before using what the jobs compile) or None if nothing was forked (then everything
+    was compiled here)."""
+    from functools import partial
+
+    from pmfast.compiler import parallel
+
+    r, w = os.pipe()
+    os.write(w, bytes(range(len(todo))))
+    os.close(w)
+    outdir = tempfile.mkdtemp(prefix="pmfast-handover-") if len(todo) > (first is None) else None
+    child = parallel.fork(partial(_drain, r, todo, outdir)) if outdir is not None else None
+    if child is None and outdir is not None:
+        shutil.rmtree(outdir, ignore_errors=True)
+    try:
+        if first is not None:
+            first()
+        _drain(r, todo, None)
+    finally:
+        os.close(r)
+    return None if child is None else Shared(child, todo, outdir)
