@@ -50,7 +50,8 @@ pmfast's SpecifyShape and Split call a cached raiser instead,
 inner graphs (Scan, OpFromGraph, IfElse, Blockwise, random variables). Nor is
 pmfast's Reshape (:mod:`pmfast.compiler.ops`): its source depends on the rank
 only, so one cached function serves every model (hier_logistic's is found in
-the cache). pmfast's Join of vectors and Split are inlined: at stop 23 their
+the cache), nor pmfast's linear algebra (:mod:`pmfast.compiler.linalg`: its sources depend
+on the op's props and dtype only). pmfast's Join of vectors and Split are inlined: at stop 23 their
 node functions were ``np.concatenate`` and numba's slicing, and inlined they
 cost stoch_vol's entry +0.4 CPU s against 0.23 s compiling them; as
 intrinsics (:mod:`pmfast.compiler.join`, :mod:`pmfast.compiler.split`) they
@@ -71,7 +72,9 @@ import weakref
 from collections.abc import Sequence
 
 #: Ops whose node functions are never inlined (see the module docstring).
-NEVER = frozenset({"Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
+NEVER = frozenset(
+    {"Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable", "Cholesky", "SolveBase", "LUFactor", "CholeskyGrad"}
+)
 
 #: Most bytecode instructions (summed over call sites) an entry inlines; see :func:`plan`.
 BUDGET = 4000
