@@ -2,6 +2,10 @@
 
 Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*``)::
 
+   -0.01   inline_ofg_expansion
+  * -0.005 early_diag        diag(v) (an OpFromGraph) inlined before canonicalize: inlined late,
+                             in specialize, it pulled in a stale shape graph and a second copy
+                             of a GP's covariance and Cholesky (declined next to linear algebra)
     0      merge
   * 0.5    index_dtypes      int8/int16 constant indices of chained Subtensors as int64, so
                              canonicalize's local_subtensor_merge does not overflow (NumPy 2)

@@ -189,4 +189,5 @@ BUILTIN: list[str] = [
     "pmfast.passes.unit_axes",
     "pmfast.passes.vector_math",
     "pmfast.passes.affine_sums",
+    "pmfast.passes.early_diag",
 ]
