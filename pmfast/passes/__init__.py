@@ -6,6 +6,8 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
   * -0.005 early_diag        diag(v) (an OpFromGraph) inlined before canonicalize: inlined late,
                              in specialize, it pulled in a stale shape graph and a second copy
                              of a GP's covariance and Cholesky (declined next to linear algebra)
+  * -0.004 cholesky_grad     Cholesky.L_op's subgraph (tril masks, two solves, a matrix product)
+                             as one CholeskyGrad (trmm + 2 trsm in place), matched as built
     0      merge
   * 0.5    index_dtypes      int8/int16 constant indices of chained Subtensors as int64, so
                              canonicalize's local_subtensor_merge does not overflow (NumPy 2)

@@ -190,4 +190,5 @@ BUILTIN: list[str] = [
     "pmfast.passes.vector_math",
     "pmfast.passes.affine_sums",
     "pmfast.passes.early_diag",
+    "pmfast.passes.cholesky_grad",
 ]
