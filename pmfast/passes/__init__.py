@@ -18,6 +18,8 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              before save-mem drops dead outputs
     1.61   scan_save_mem
     2      specialize
+  * 47.5   sum_of_products   sum(x * y, axis=k) of broadcast 3-d factors (a solve's gradient
+                             under Blockwise) as one matrix product; before fusion takes the Mul
     48     add_mul_fusion    (flattens Add/Mul: anything split earlier is undone)
   * 48.4   gather_lifting    f(x[idx]) -> f(x)[idx] for x shorter than idx; before fusion
                              puts f into the per-row loop

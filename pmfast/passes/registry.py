@@ -191,4 +191,5 @@ BUILTIN: list[str] = [
     "pmfast.passes.affine_sums",
     "pmfast.passes.early_diag",
     "pmfast.passes.cholesky_grad",
+    "pmfast.passes.sum_of_products",
 ]
