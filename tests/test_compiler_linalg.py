@@ -244,3 +244,31 @@ def test_lu_factor_matches_scipy_for_every_layout(n, overwrite, seed):
         assert piv.dtype == np.int32
     singular = np.zeros((3, 3))
     assert np.isnan(_call1(fn, singular)[0]).all()
+
+
+def test_one_compile_serves_every_props():
+    """The node functions are one-line calls: lower and upper, unit or not, share one implementation."""
+    f64 = np.eye(3), np.ones((3, 2))
+    for props in [(True, False, 2, False, "float64"), (False, True, 2, False, "float64"), (False, False, 2, True, "float64")]:
+        lower, unit, b_ndim, overwrite, dtype = props
+        _lowered(SolveTriangular(lower=lower, unit_diagonal=unit, b_ndim=b_ndim, overwrite_b=overwrite), dtype, b_ndim)(*f64)
+    impl = linalg.jitted("solve_triangular2")
+    c_sigs = [s for s in impl.signatures if all(t.layout == "C" and t.dtype == numba.float64 and t.mutable for t in s[:2])]
+    assert len(c_sigs) == 1, impl.signatures
+
+
+def test_readonly_inputs_compile_and_are_not_written():
+    """Graph constants arrive as read-only arrays (never destroyed: an op overwriting its input gets a
+    writable one); the implementations, whose props are run-time flags, still type and copy them."""
+    s = _spd(np.random.default_rng(5), 4, "float64")
+    b = np.ones((4, 3))
+    for x in (s, b):
+        x.setflags(write=False)
+    before = s.copy(), b.copy()
+    np.testing.assert_allclose(_lowered(Cholesky(lower=True), "float64")(s), np.linalg.cholesky(s), rtol=1e-12)
+    ref = sl.solve_triangular(np.tril(s), b, lower=True)
+    np.testing.assert_allclose(_lowered(SolveTriangular(lower=True, b_ndim=2), "float64")(s, b), ref, rtol=1e-12)
+    np.testing.assert_allclose(_lowered(CholeskySolve(lower=True, b_ndim=2), "float64")(s, b), sl.cho_solve((s, True), b), rtol=1e-12)
+    np.testing.assert_allclose(_lowered(Dot(), "float64")(s, b), s @ b, rtol=1e-12)
+    np.testing.assert_array_equal(s, before[0])
+    np.testing.assert_array_equal(b, before[1])

@@ -50,8 +50,9 @@ pmfast's SpecifyShape and Split call a cached raiser instead,
 inner graphs (Scan, OpFromGraph, IfElse, Blockwise, random variables). Nor is
 pmfast's Reshape (:mod:`pmfast.compiler.ops`): its source depends on the rank
 only, so one cached function serves every model (hier_logistic's is found in
-the cache), nor pmfast's linear algebra (:mod:`pmfast.compiler.linalg`: its sources depend
-on the op's props and dtype only). pmfast's Join of vectors and Split are inlined: at stop 23 their
+the cache). pmfast's linear algebra (:mod:`pmfast.compiler.linalg`) is inlined as a one-line
+call of a module-level implementation numba caches per machine and calls (one compile for every
+op's props). pmfast's Join of vectors and Split are inlined: at stop 23 their
 node functions were ``np.concatenate`` and numba's slicing, and inlined they
 cost stoch_vol's entry +0.4 CPU s against 0.23 s compiling them; as
 intrinsics (:mod:`pmfast.compiler.join`, :mod:`pmfast.compiler.split`) they
@@ -72,9 +73,7 @@ import weakref
 from collections.abc import Sequence
 
 #: Ops whose node functions are never inlined (see the module docstring).
-NEVER = frozenset(
-    {"Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable", "Cholesky", "SolveBase", "LUFactor", "CholeskyGrad"}
-)
+NEVER = frozenset({"Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
 
 #: Most bytecode instructions (summed over call sites) an entry inlines; see :func:`plan`.
 BUDGET = 4000

@@ -128,10 +128,12 @@ def call(typingctx, routine, args):
 
 @intrinsic
 def c_view(typingctx, ary):
-    """``c_view(ary)``: ``ary`` (any layout, checked C-contiguous by the caller) typed as a C array, sharing its memory."""
+    """``c_view(ary)``: ``ary`` (any layout, checked C-contiguous by the caller) typed as a writable C array,
+    sharing its memory. Writable: the callers write through it only into an input their op destroys
+    (pytensor's destroy handler never lets an op destroy a constant or a protected input)."""
     if not isinstance(ary, types.Array) or ary.ndim < 1:
         return None
-    outty = ary.copy(layout="C")
+    outty = ary.copy(layout="C", readonly=False)
 
     def codegen(context, builder, sig, args):
         from numba.core.imputils import impl_ret_borrowed
