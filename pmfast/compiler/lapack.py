@@ -155,6 +155,23 @@ def c_view(typingctx, ary):
 
 
 @intrinsic
+def as_any(typingctx, ary):
+    """``as_any(ary)``: ``ary`` typed as a writable 'A'-layout array (the same value: numba's array
+    model does not depend on the layout). Callers pass it to one implementation compiled once
+    for every layout (the writes go only into inputs their op destroys, see :func:`c_view`)."""
+    if not isinstance(ary, types.Array):
+        return None
+    outty = ary.copy(layout="A", readonly=False)
+
+    def codegen(context, builder, sig, args):
+        from numba.core.imputils import impl_ret_borrowed
+
+        return impl_ret_borrowed(context, builder, outty, args[0])
+
+    return outty(ary), codegen
+
+
+@intrinsic
 def layout(typingctx, ary):
     """``layout(ary)``: 1 if the 1-d or 2-d array is C-contiguous (or empty), 2 if only F-contiguous, 0 otherwise (run time)."""
     if not isinstance(ary, types.Array) or ary.ndim not in (1, 2):

@@ -77,21 +77,34 @@ def _c_matrix(a):
 
 def _c_copy2(b, overwrite):
     """``b`` itself (C-contiguous and ``overwrite``) or a new C copy of it."""
-    if overwrite and lapack.layout(b) == 1:
+    c = lapack.layout(b) == 1
+    if overwrite and c:
         return lapack.c_view(b)
     x = native.empty((b.shape[0], b.shape[1]), b.dtype)
-    for i in range(b.shape[0]):
-        for j in range(b.shape[1]):
-            x[i, j] = b[i, j]
+    if c:
+        src = lapack.c_view(b)
+        for i in range(b.shape[0]):
+            for j in range(b.shape[1]):
+                x[i, j] = src[i, j]
+    else:
+        for i in range(b.shape[0]):
+            for j in range(b.shape[1]):
+                x[i, j] = b[i, j]
     return x
 
 
 def _c_copy1(b, overwrite):
-    if overwrite and lapack.layout(b) == 1:
+    c = lapack.layout(b) == 1
+    if overwrite and c:
         return lapack.c_view(b)
     x = native.empty(b.shape[0], b.dtype)
-    for i in range(b.shape[0]):
-        x[i] = b[i]
+    if c:
+        src = lapack.c_view(b)
+        for i in range(b.shape[0]):
+            x[i] = src[i]
+    else:
+        for i in range(b.shape[0]):
+            x[i] = b[i]
     return x
 
 
@@ -178,10 +191,11 @@ def _cholesky(a, lower, overwrite):
                 if (j > i) if lower else (j < i):
                     w[i, j] = 0.0
     else:
-        w = native.empty((n, n), a.dtype)
+        w = _c_copy2(a, False)
         for i in range(n):
             for j in range(n):
-                w[i, j] = 0.0 if ((j > i) if lower else (j < i)) else a[i, j]
+                if (j > i) if lower else (j < i):
+                    w[i, j] = 0.0
     if lapack.call("potrf", (_U if lower else _L, n, w, n)) != 0:
         for i in range(n):
             for j in range(n):
@@ -336,16 +350,17 @@ def _matmul(x, y):
     return out
 
 
-#: name: (implementation, the node function's source: a call with the props as non-literal bools)
+#: name: (implementation, the node function's source: a call with the inputs typed 'A' (one compile
+#: per dtype and rank, whatever layouts a model's nodes have) and the props as non-literal bools)
 _OPS = {
-    "cholesky": (_cholesky, "def cholesky(a):\n    return _pm_impl(a, _pm_b({0}), _pm_b({1}))\n"),
-    "solve_triangular2": (_solve_triangular2, "def solve_triangular(a, b):\n    return _pm_impl(a, b, _pm_b({0}), _pm_b({1}), _pm_b({2}))\n"),
-    "solve_triangular1": (_solve_triangular1, "def solve_triangular(a, b):\n    return _pm_impl(a, b, _pm_b({0}), _pm_b({1}), _pm_b({2}))\n"),
-    "cho_solve2": (_cho_solve2, "def cho_solve(a, b):\n    return _pm_impl(a, b, _pm_b({0}), _pm_b({1}))\n"),
-    "cho_solve1": (_cho_solve1, "def cho_solve(a, b):\n    return _pm_impl(a, b, _pm_b({0}), _pm_b({1}))\n"),
-    "lu_factor": (_lu_factor, "def lu_factor(a):\n    return _pm_impl(a, _pm_b({0}))\n"),
-    "cholesky_grad": (_cholesky_grad, "def cholesky_grad(l, dz):\n    return _pm_impl(l, dz, _pm_b({0}))\n"),
-    "dot": (_matmul, "def dot(x, y):\n    return _pm_impl(x, y)\n"),
+    "cholesky": (_cholesky, "def cholesky(a):\n    return _pm_impl(_pm_a(a), _pm_b({0}), _pm_b({1}))\n"),
+    "solve_triangular2": (_solve_triangular2, "def solve_triangular(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}), _pm_b({2}))\n"),
+    "solve_triangular1": (_solve_triangular1, "def solve_triangular(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}), _pm_b({2}))\n"),
+    "cho_solve2": (_cho_solve2, "def cho_solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}))\n"),
+    "cho_solve1": (_cho_solve1, "def cho_solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}))\n"),
+    "lu_factor": (_lu_factor, "def lu_factor(a):\n    return _pm_impl(_pm_a(a), _pm_b({0}))\n"),
+    "cholesky_grad": (_cholesky_grad, "def cholesky_grad(l, dz):\n    return _pm_impl(_pm_a(l), _pm_a(dz), _pm_b({0}))\n"),
+    "dot": (_matmul, "def dot(x, y):\n    return _pm_impl(_pm_a(x), _pm_a(y))\n"),
 }
 
 _SHARED = ("_c_matrix", "_c_copy2", "_c_copy1", "_check_solve", "_flags", "_tri_vec", "_tri_mat", "_has_zero_diagonal")
@@ -390,7 +405,7 @@ def _build(name: str, props: tuple, dtype: str):
     from pytensor.link.numba.dispatch.basic import numba_njit
 
     src = _OPS[name][1].format(*props)
-    env = {"__name__": __name__, "_pm_impl": jitted(name), "_pm_b": np.bool_}
+    env = {"__name__": __name__, "_pm_impl": jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any}
     key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, _SOURCE, src, dtype, arrays.VERSION)).encode()).hexdigest()
     fname = src.split("(")[0][4:]
     return numba_njit(compile_numba_function_src(src, fname, env, env)), key

@@ -250,9 +250,16 @@ def fuse_cholesky_grad(fgraph, node):
 
 
 def _numba_funcify(op, node, **kwargs):
+    """pmfast's implementation; where it declines (another dtype, ``NUMBA_DISABLE_JIT``), pytensor's
+    object-mode call of :meth:`CholeskyGrad.perform` (not cached)."""
+    from pytensor.link.numba.dispatch.basic import generate_fallback_impl
+
     from pmfast.compiler import linalg
 
-    return linalg.funcify(op, node)
+    found = linalg.funcify(op, node)
+    if found is None:
+        return generate_fallback_impl(op, node=node, **kwargs), None
+    return found
 
 
 def _register_numba() -> None:
