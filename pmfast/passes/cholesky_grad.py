@@ -17,9 +17,12 @@ copies or temporaries.
 builds it, before any rewrite has reshaped it (the pass runs at the start of the pipeline), for
 ``lower`` either way: every node of the pattern is checked (ops, props, which input is which, the
 ``tril``/``triu`` masks' ``arange`` starts, the factor being the same ``Cholesky`` output
-throughout); anything else declines. Only matrices without batch dimensions (``Blockwise``
-wrappers with no batch axes are looked through). Values agree with pytensor's to rounding: the
-same products and solves, summed by BLAS in another order.
+throughout); anything else declines. Matrices, or stacks whose batch axes all have static length
+1 (pymc's ``MvNormal`` factorizes its covariance as a ``(1, n, n)`` stack: LKJ, SEM): ``Blockwise``
+wrappers over such axes are looked through, and the op runs on the matrix. Values agree with pytensor's to rounding: the
+same products and solves, summed by BLAS in another order. A failed factorization (all NaN) gives
+all NaN, as pytensor's; a NaN or infinite ``L̄`` spreads to fewer entries (``trmm`` skips the
+factor's zero triangle, where pytensor's ``gemm`` adds ``0 * inf``).
 
 ``CholeskyGrad`` has a numpy ``perform`` (scipy, the reference) and a numba implementation
 registered for pytensor's linker too, so graphs rewritten under ``pmfast.enable()`` compile in stock
@@ -78,11 +81,16 @@ class CholeskyGrad(Op):
         outputs[0][0] = np.asarray((s + s.T) * mask - np.diag(np.diagonal(s)), dtype=chol.dtype)
 
 
+def _unit_batch(var, core_ndim: int) -> bool:
+    """Whether ``var``'s axes before its last ``core_ndim`` all have static length 1."""
+    return var.ndim >= core_ndim and all(var.type.broadcastable[: var.ndim - core_ndim])
+
+
 def _core_op(node):
-    """``node``'s op, looking through a ``Blockwise`` with no batch dimensions."""
+    """``node``'s op, looking through a ``Blockwise`` whose batch axes all have static length 1."""
     op = node.op
     if isinstance(op, Blockwise):
-        if any(i.type.ndim != len(sig) for i, sig in zip(node.inputs, op.inputs_sig)):
+        if not all(_unit_batch(i, len(sig)) for i, sig in zip(node.inputs, op.inputs_sig)):
             return None
         return op.core_op
     return op
@@ -102,9 +110,10 @@ def _owner(var, op_type, scalar_op=None):
 
 
 def _transposed(var):
-    """``x`` if ``var`` is ``x.T`` of a matrix, else None."""
+    """``x`` if ``var`` is ``x.mT`` (the last two axes swapped), else None."""
     node = _owner(var, DimShuffle)
-    if node is None or node.op.new_order != (1, 0) or node.inputs[0].ndim != 2:
+    nb = var.ndim - 2
+    if node is None or nb < 0 or node.inputs[0].ndim != var.ndim or node.op.new_order != (*range(nb), nb + 1, nb):
         return None
     return node.inputs[0]
 
@@ -117,9 +126,11 @@ def _constant(var):
 
 
 def _arange_start(var, axis: int):
-    """The start of ``arange(start, stop, 1)`` expanded at ``axis``, else None."""
+    """The start of ``arange(start, stop, 1)`` (after any batch axes) expanded at the row (``axis`` 1)
+    or column (0) position of a matrix, else None."""
     node = _owner(var, DimShuffle)
-    if node is None or node.op.new_order != ((0, "x") if axis == 1 else ("x", 0)):
+    nb = var.ndim - 2
+    if node is None or nb < 0 or node.op.new_order != ((*range(nb + 1), "x") if axis == 1 else (*range(nb), "x", nb)):
         return None
     arange = _owner(node.inputs[0], ARange)
     if arange is None or _constant(arange.inputs[2]) != 1.0:
@@ -162,7 +173,8 @@ def _diag_of(var):
 def _diagonal(var):
     node = _owner(var, ExtractDiag)
     op = node is not None and _core_op(node)
-    if not op or (op.offset, op.axis1, op.axis2) != (0, 0, 1):
+    nb = node.inputs[0].ndim - 2 if node is not None else 0
+    if not op or (op.offset, op.axis1, op.axis2) != (0, nb, nb + 1):
         return None
     return node.inputs[0]
 
@@ -180,13 +192,13 @@ def _upper_solve(var):
 
 def _is_factor(var, lower: bool) -> bool:
     node = _owner(var, Cholesky)
-    return node is not None and _core_op(node).lower == lower and var.ndim == 2
+    return node is not None and _core_op(node).lower == lower and _unit_batch(var, 2)
 
 
 def match(node):
     """``(L, L̄, lower)`` if ``node`` computes ``Cholesky.L_op``'s result ``Ā``, else None."""
     sub = node if isinstance(node.op, Elemwise) and isinstance(node.op.scalar_op, ps.Sub) and len(node.inputs) == 2 else None
-    if sub is None or node.outputs[0].ndim != 2:
+    if sub is None or not _unit_batch(node.outputs[0], 2):
         return None
     for lower in (True, False):
         found = _match_lower(sub, lower)
@@ -229,7 +241,7 @@ def _match_lower(sub, lower: bool):
     if dot is None or _transposed(dot.inputs[0]) is not chol:
         return None
     dz = dot.inputs[1] if lower else _transposed(dot.inputs[1])
-    if dz is None or dz.ndim != 2 or dz.type.dtype != factor.type.dtype:
+    if dz is None or dz.ndim != factor.ndim or not _unit_batch(dz, 2) or dz.type.dtype != factor.type.dtype:
         return None
     return factor, dz
 
@@ -241,7 +253,12 @@ def fuse_cholesky_grad(fgraph, node):
     if found is None:
         return None
     factor, dz, lower = found
+    nb = factor.ndim - 2  # unit batch axes (a Blockwise Cholesky of a (1, n, n) stack): dropped, then restored
+    if nb:
+        factor, dz = (pt.squeeze(v, axis=tuple(range(nb))) for v in (factor, dz))
     new = CholeskyGrad(lower)(factor, dz)
+    if nb:
+        new = pt.shape_padleft(new, nb)
     out = node.outputs[0]
     if new.type.dtype != out.type.dtype:
         return None
