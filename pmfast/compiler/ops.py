@@ -43,6 +43,8 @@ behaves the same: same results, same exception type and message.
   Vector · vector is a loop. Other matrix products stay pytensor's.
 
 ``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`.
+Dense linear algebra (``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``, matrix ×
+matrix ``Dot``): :mod:`pmfast.compiler.linalg`.
 
 :func:`funcify_and_cache_key` returns ``(numba function, cache key)`` for an
 op pmfast implements, or None; the functions are generated from source with
@@ -478,6 +480,10 @@ def funcify_and_cache_key(op, node):
         return _dimshuffle(op, node)
     if type(op) is Dot and _dot_kind(node) is not None:
         return _dot(op, node)
+    if type(op) is Dot:
+        from pmfast.compiler import linalg
+
+        return linalg.funcify_dot(op, node)
     if type(op) is Reshape and op.ndim > 0:
         return _reshape(op, node)
     if type(op) is Split:
@@ -488,6 +494,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import join
 
         return join.funcify(op, node)
+    if type(op).__module__ in ("pytensor.tensor.slinalg", "pmfast.passes.cholesky_grad"):
+        from pmfast.compiler import linalg
+
+        return linalg.funcify(op, node)
     return None
 
 

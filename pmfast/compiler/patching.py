@@ -184,6 +184,13 @@ PATCHES: tuple[Patch, ...] = (
         ("tests/link/numba/",),
     ),
     Patch(
+        "llvmlite.binding:add_symbol (pmfast_dpotrf, pmfast_dtrsm, …)",
+        "pmfast.compiler.lapack",
+        "BLAS/LAPACK called by name from cacheable code: scipy's Cython routines under new names of pmfast's own (process-wide: LLVM keeps one symbol table; it only defines names nobody else uses)",
+        "process",
+        (),
+    ),
+    Patch(
         "numba.core.errors:_termcolor_inst",
         "pmfast.compiler.overloads",
         "numba's error messages without terminal colour codes while pmfast compiles",

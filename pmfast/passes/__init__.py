@@ -2,6 +2,12 @@
 
 Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*``)::
 
+   -0.01   inline_ofg_expansion
+  * -0.005 early_diag        diag(v) (an OpFromGraph) inlined before canonicalize: inlined late,
+                             in specialize, it pulled in a stale shape graph and a second copy
+                             of a GP's covariance and Cholesky (declined next to linear algebra)
+  * -0.004 cholesky_grad     Cholesky.L_op's subgraph (tril masks, two solves, a matrix product)
+                             as one CholeskyGrad (trmm + 2 trsm in place), matched as built
     0      merge
   * 0.5    index_dtypes      int8/int16 constant indices of chained Subtensors as int64, so
                              canonicalize's local_subtensor_merge does not overflow (NumPy 2)
@@ -12,6 +18,8 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              before save-mem drops dead outputs
     1.61   scan_save_mem
     2      specialize
+  * 47.5   sum_of_products   sum(x * y, axis=k) of broadcast 3-d factors (a solve's gradient
+                             under Blockwise) as one matrix product; before fusion takes the Mul
     48     add_mul_fusion    (flattens Add/Mul: anything split earlier is undone)
   * 48.4   gather_lifting    f(x[idx]) -> f(x)[idx] for x shorter than idx; before fusion
                              puts f into the per-row loop

@@ -189,4 +189,7 @@ BUILTIN: list[str] = [
     "pmfast.passes.unit_axes",
     "pmfast.passes.vector_math",
     "pmfast.passes.affine_sums",
+    "pmfast.passes.early_diag",
+    "pmfast.passes.cholesky_grad",
+    "pmfast.passes.sum_of_products",
 ]

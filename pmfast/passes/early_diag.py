@@ -1,0 +1,80 @@
+"""``pt.diag(v)`` (pytensor's ``AllocDiag``, an ``OpFromGraph``) inlined before the first merge, not in specialize.
+
+pytensor keeps ``AllocDiag`` as an ``OpFromGraph`` node through canonicalize and stabilize (so that
+its linear-algebra rewrites can see a diagonal matrix: ``det(diag(v))``, ``inv(diag(v))``,
+``cholesky(diag(v))``) and inlines it in specialize (``late_inline_OpFromGraph``). By then
+ShapeFeature holds shape graphs of the node's output built from the graph as it was before
+canonicalize; inlining it (a new output variable) pulls such a stale graph back in. On a marginal
+GP (``pm.gp.Marginal``: ``K + diag(σ²) + jitter``, its logp through ``MvNormal``) the gradient of
+``log(diag(chol(K)))`` (``diag(1/diag(L))``, an ``AllocDiag``) then refers to a second copy of
+``K``, built from the point before canonicalize merged its scalars, and to a second ``Cholesky``
+of it: stock pytensor computes the 100×100 covariance and its Cholesky factorization twice per
+gradient (2 ``Cholesky``, 6 ``Dot`` nodes; inlined first: 1 and 5).
+
+The rewrite inlines ``AllocDiag`` nodes at the start of the pipeline, as pytensor's
+``inline_ofg_expansion`` does for inline ``OpFromGraph`` nodes: the same inner graph on the node's
+inputs (``inline_ofg_node``), so the values are the same by construction. It declines a node whose
+output feeds a linear-algebra op, ``Dot`` or ``Blockwise``, or that is a graph output, where
+pytensor's rewrites of a diagonal matrix could still apply; that node is inlined late, as before.
+
+The gradient of ``diag(v)`` is a plain ``OpFromGraph`` (``OpFromGraph.L_op``: ``diagonal(ḡ)`` as an
+``AdvancedSubtensor``) that no rewrite ever inlines: numba compiles it as a function of its own
+(``numba_ofg`` and its inner graph, ~0.6 CPU s of a GP's cold compile). :func:`inline_small_ofg`
+inlines plain ``OpFromGraph`` nodes (not subclasses: those are ops with meaning to rewrites) whose
+inner graph has at most :data:`SMALL_OFG` nodes and no linear algebra, the same way.
+"""
+
+from __future__ import annotations
+
+from pytensor.compile.builders import OpFromGraph
+from pytensor.graph.fg import Output
+from pytensor.graph.rewriting.basic import dfs_rewriter, node_rewriter
+from pytensor.tensor.basic import AllocDiag
+from pytensor.tensor.blockwise import Blockwise
+from pytensor.tensor.math import Dot
+from pytensor.tensor.rewriting.ofg import inline_ofg_node
+
+from pmfast.passes.registry import record, register_pass
+
+PASS_NAME = "early_diag"
+
+#: modules of the ops whose rewrites look for an ``AllocDiag`` input
+_LINALG_MODULES = ("pytensor.tensor.slinalg", "pytensor.tensor.nlinalg", "pytensor.tensor.linalg")
+
+
+def _diagonal_rewrites_may_apply(client) -> bool:
+    """Whether a rewrite of pytensor's could want ``client``'s input as an ``AllocDiag`` node."""
+    op = client.op
+    if isinstance(op, (Output, Dot, Blockwise)):
+        return True
+    return type(op).__module__.startswith(_LINALG_MODULES)
+
+
+@node_rewriter([AllocDiag])
+def inline_diag(fgraph, node):
+    """``AllocDiag(v)`` → its inner graph on ``v``, unless a client is linear algebra (see the module docstring)."""
+    if any(_diagonal_rewrites_may_apply(client) for client, _ in fgraph.clients[node.outputs[0]]):
+        return None
+    record(fgraph, PASS_NAME)
+    return inline_ofg_node(node)
+
+
+#: Most inner-graph nodes of a plain ``OpFromGraph`` that :func:`inline_small_ofg` inlines.
+SMALL_OFG = 16
+
+
+@node_rewriter([OpFromGraph])
+def inline_small_ofg(fgraph, node):
+    """A plain ``OpFromGraph`` with a small inner graph free of linear algebra → its inner graph."""
+    op = node.op
+    if type(op) is not OpFromGraph or len(op.fgraph.apply_nodes) > SMALL_OFG:
+        return None
+    if any(_diagonal_rewrites_may_apply(inner) for inner in op.fgraph.apply_nodes):
+        return None
+    record(fgraph, PASS_NAME)
+    return inline_ofg_node(node)
+
+
+early_diag_pass = register_pass(PASS_NAME, "diag(v) inlined before canonicalize (a late inline duplicated a GP's Cholesky)")
+# after pytensor's inline_ofg_expansion (-0.01), before the first merge (0)
+early_diag_pass.register(dfs_rewriter(inline_diag, inline_small_ofg), -0.005, name="inline")
