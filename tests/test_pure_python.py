@@ -36,6 +36,7 @@ SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[Healt
 NO_PYTHON = {
     "pmfast.compiler.native.call_native3": "calls compiled code at an address: nothing to run as Python",
     "pmfast.compiler.native.call_native4": "calls compiled code at an address: nothing to run as Python",
+    "pmfast.compiler.lapack.call": "calls LAPACK through raw pointers; pmfast's linear algebra declines when the jit is off (pytensor's runs)",
 }
 
 

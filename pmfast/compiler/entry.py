@@ -33,6 +33,7 @@ from __future__ import annotations
 import ast
 import hashlib
 import os
+import sys
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -474,7 +475,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     from pmfast.compiler import parts
 
     if not big:
-        prepared = parts.prepare(original, spec, fn, env, plan, options)
+        prepared = parts.prepare(original, spec, fn, env, plan, options, sys.modules[__name__])
         if prepared is not None:
             return prepared
     src = generate_source(spec, name)

@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import threading
 
+import numpy as np
+
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import intrinsic
+from pmfast.compiler.pure import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
 #: routine: (scipy module, argument kinds; see the module docstring). LAPACK routines take ``info`` last.
@@ -154,6 +156,11 @@ def c_view(typingctx, ary):
     return outty(ary), codegen
 
 
+@c_view.python
+def _(ary):
+    return ary
+
+
 @intrinsic
 def as_any(typingctx, ary):
     """``as_any(ary)``: ``ary`` typed as a writable 'A'-layout array (the same value: numba's array
@@ -169,6 +176,11 @@ def as_any(typingctx, ary):
         return impl_ret_borrowed(context, builder, outty, args[0])
 
     return outty(ary), codegen
+
+
+@as_any.python
+def _(ary):
+    return ary
 
 
 @intrinsic
@@ -203,3 +215,8 @@ def layout(typingctx, ary):
         return builder.select(c_ok, i64(1), builder.select(f_ok, i64(2), i64(0)))
 
     return types.int64(ary), codegen
+
+
+@layout.python
+def _(ary):
+    return np.int64(1 if ary.size == 0 or ary.flags.c_contiguous else 2 if ary.flags.f_contiguous else 0)

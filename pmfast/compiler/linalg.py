@@ -30,7 +30,7 @@ reports success, as in stock); a triangular solve with an exact zero on a non-un
 pivot of ``getrf`` gives an all-NaN LU. Values agree with stock's to rounding (the same LAPACK;
 ``trsm`` from the other side can sum in another order). float32 and float64 inputs of one dtype;
 anything else (integer inputs cast by the op, complex, mixed dtypes) is left to pytensor, as is
-everything under ``NUMBA_DISABLE_JIT``.
+everything run as plain Python (``NUMBA_DISABLE_JIT``, pytensor's pure-python evaluation: :func:`pmfast.compiler.pure.jit_off`).
 
 The node functions are inlined into entries (one call each); the implementations are called.
 """
@@ -421,10 +421,10 @@ def _same_float(node) -> str | None:
 
 def funcify(op, node):
     """``(numba function, cache key)`` of pmfast's implementation of ``node``, or None (pytensor's)."""
-    from numba.core import config as numba_config
+    from pmfast.compiler.pure import jit_off
     from pytensor.tensor.slinalg import Cholesky, CholeskySolve, LUFactor, SolveTriangular
 
-    if numba_config.DISABLE_JIT:
+    if jit_off():
         return None
     if type(op) is LUFactor:
         a, (lu, _) = node.inputs[0], node.outputs
@@ -447,9 +447,9 @@ def funcify(op, node):
 
 def funcify_dot(op, node):
     """pmfast's matrix × matrix ``Dot`` (one ``gemm``), or None."""
-    from numba.core import config as numba_config
+    from pmfast.compiler.pure import jit_off
 
-    if numba_config.DISABLE_JIT:
+    if jit_off():
         return None
     x, y = node.inputs
     if (x.ndim, y.ndim) != (2, 2):

@@ -47,9 +47,10 @@ import ast
 import os
 from dataclasses import dataclass
 
+import numpy as np
 from llvmlite import ir
 from numba.core import cgutils, types
-from numba.extending import intrinsic
+from pmfast.compiler.pure import intrinsic
 
 #: Entries weighing less than this (bytecode instructions, see :func:`weights`) are compiled whole
 #: (every zoo model's logp entry weighs less: 840-4,800).
@@ -215,6 +216,13 @@ def canon(typingctx, a):
     return ret(a), codegen
 
 
+@canon.python
+def _(a):
+    if not isinstance(a, np.ndarray):
+        return a
+    return a if a.flags.writeable and a.flags.c_contiguous else np.array(a, order="C")
+
+
 @intrinsic(prefer_literal=True)
 def call_part(typingctx, table, slot, part, args):
     """``call_part(table, slot, part, args)``: call the part at ``table[slot]`` with the tuple ``args``.
@@ -255,6 +263,11 @@ def call_part(typingctx, table, slot, part, args):
         return context.get_returned_value(builder, restype, builder.load(ret))
 
     return restype(table, slot, part, args), codegen
+
+
+@call_part.python
+def _(table, slot, part, args):
+    return part(*args)
 
 
 #: Statements that make an array view of a scalar's stack slot (:mod:`pmfast.compiler.scalars`): a
@@ -418,13 +431,14 @@ class Part:
         return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
 
 
-def prepare(original, spec, fn, env: dict, plan: tuple, options: dict):
+def prepare(original, spec, fn, env: dict, plan: tuple, options: dict, E):
     """The entry for ``spec`` as parts and a thin entry calling them (a
     :class:`pmfast.compiler.entry.PreparedEntry`), or None to compile it whole.
 
     ``original`` is the spec before :mod:`pmfast.compiler.scalars` (its nodes give the values'
     types), ``env`` the entry's globals, ``plan`` the node functions the whole entry would inline
-    (:mod:`pmfast.compiler.inline`: each part inlines those it calls).
+    (:mod:`pmfast.compiler.inline`: each part inlines those it calls). ``E`` is the module
+    :mod:`pmfast.compiler.entry`, passed by it (this module stands below it and does not import it).
     """
     from dataclasses import replace
 
@@ -434,7 +448,6 @@ def prepare(original, spec, fn, env: dict, plan: tuple, options: dict):
     from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import cache, callbacks, entry_native, lean_ir, library, native
-    from pmfast.compiler import entry as E
     from pmfast.linker import chunk_source
 
     if not original.nodes or len(original.nodes) != len(original.body):

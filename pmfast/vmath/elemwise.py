@@ -214,12 +214,17 @@ def _register_numba() -> None:
     from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals, store_core_outputs
     from pytensor.scalar.basic import get_scalar_type
 
+    from pmfast.compiler.pure import jit_off
+
     @register_funcify_and_cache_key(VmathElemwise)
     def numba_funcify_VmathElemwise(op, node, **kwargs):
         scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
         nin, nout = len(node.inputs), len(node.outputs)
         inline, contiguous_inputs, below = INLINE_BODY, CONTIGUOUS_INPUTS, libm_below(op.scalar_op)
         libm_op = libm_scalar_op(op.scalar_op)
+        if jit_off():  # as plain Python: stock's Elemwise of the libm body (the kernels are jitted on import)
+            stock = Elemwise(libm_op, inplace_pattern=op.inplace_pattern)
+            return numba_funcify_and_cache_key(stock, node=stock.make_node(*node.inputs), **kwargs)
         libm_fn, libm_key = numba_funcify_and_cache_key(
             libm_op, node=libm_op.make_node(*scalar_node.inputs), **kwargs
         )  # stock's scalar body and store: stock's loop below libm_below
