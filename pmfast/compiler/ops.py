@@ -42,7 +42,8 @@ behaves the same: same results, same exception type and message.
   of it), a loop otherwise, with numba's error for sizes that don't match.
   Vector · vector is a loop. Other matrix products stay pytensor's.
 
-``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`.
+``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`;
+``CumOp``: :mod:`pmfast.compiler.cumop`.
 Dense linear algebra (``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``, matrix ×
 matrix ``Dot``): :mod:`pmfast.compiler.linalg`.
 
@@ -465,6 +466,7 @@ def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
     from pytensor.tensor.basic import Join, Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
+    from pytensor.tensor.extra_ops import CumOp
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
 
@@ -494,6 +496,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import join
 
         return join.funcify(op, node)
+    if type(op) is CumOp:
+        from pmfast.compiler import cumop
+
+        return cumop.funcify(op, node)
     if type(op).__module__ in ("pytensor.tensor.slinalg", "pmfast.passes.cholesky_grad"):
         from pmfast.compiler import linalg
 
