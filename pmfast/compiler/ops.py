@@ -43,7 +43,8 @@ behaves the same: same results, same exception type and message.
   Vector · vector is a loop. Other matrix products stay pytensor's.
 
 ``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`;
-``CumOp``: :mod:`pmfast.compiler.cumop`.
+``CumOp``: :mod:`pmfast.compiler.cumop`; ``AdvancedIncSubtensor`` with a constant index vector per
+axis: :mod:`pmfast.compiler.adv_inc`.
 Dense linear algebra (``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``, matrix ×
 matrix ``Dot``): :mod:`pmfast.compiler.linalg`.
 
@@ -469,6 +470,7 @@ def funcify_and_cache_key(op, node):
     from pytensor.tensor.extra_ops import CumOp
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
+    from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
     if node is None:
         return None
@@ -500,6 +502,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import cumop
 
         return cumop.funcify(op, node)
+    if type(op) is AdvancedIncSubtensor:
+        from pmfast.compiler import adv_inc
+
+        return adv_inc.funcify(op, node)
     if type(op).__module__ in ("pytensor.tensor.slinalg", "pmfast.passes.cholesky_grad"):
         from pmfast.compiler import linalg
 
