@@ -1,4 +1,4 @@
-"""pmfast.compiler.cumop: pytensor's CumOp values (bit for bit), without numba's transposes or np.cumsum."""
+"""pmfast.compiler.cumop and .sort: pytensor's CumOp and ArgSort of a vector, bit for bit, without numba's transposes."""
 
 import numba
 import numpy as np
@@ -108,3 +108,25 @@ def test_graph_values_and_gradient_equal_stock(mode):
         xv, vv = rng.normal(size=shape), rng.normal(size=shape[1])
         for a, b in zip(ours(xv, vv), stock(xv, vv), strict=True):  # the sums' order is pmfast's
             np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+
+
+def test_argsort_of_a_vector_equal_stock_with_ties():
+    from pytensor.tensor.sort import ArgSortOp
+
+    from pmfast.compiler import sort
+
+    x = pt.vector("x")
+    xi = pt.lvector("i")
+    outs = [pt.argsort(x), pt.argsort(x, kind="mergesort"), pt.argsort(xi, axis=-1)]
+    ours = pytensor.function([x, xi], outs, mode=pmfast.get_mode())
+    stock = pytensor.function([x, xi], outs, mode="NUMBA")
+    nodes = [n for n in ours.maker.fgraph.toposort() if isinstance(n.op, ArgSortOp)]
+    assert len(nodes) == 3 and all(sort.funcify(n.op, n) is not None for n in nodes)
+    m = pt.matrix("m")
+    assert sort.funcify(pt.argsort(m).owner.op, pt.argsort(m).owner) is None
+    rng = np.random.default_rng(3)
+    for n in (0, 1, 7, 40):
+        xv = rng.integers(0, 4, size=n).astype(float)  # many ties: quicksort's order is the algorithm's
+        iv = rng.permutation(n)
+        for a, b in zip(ours(xv, iv), stock(xv, iv), strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -44,7 +44,7 @@ behaves the same: same results, same exception type and message.
 
 ``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`;
 ``CumOp``: :mod:`pmfast.compiler.cumop`; ``AdvancedIncSubtensor`` with a constant index vector per
-axis: :mod:`pmfast.compiler.adv_inc`.
+axis: :mod:`pmfast.compiler.adv_inc`; ``ArgSortOp`` of a vector: :mod:`pmfast.compiler.sort`.
 Dense linear algebra (``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``, matrix ×
 matrix ``Dot``): :mod:`pmfast.compiler.linalg`.
 
@@ -470,6 +470,7 @@ def funcify_and_cache_key(op, node):
     from pytensor.tensor.extra_ops import CumOp
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
+    from pytensor.tensor.sort import ArgSortOp
     from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
     if node is None:
@@ -506,6 +507,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import adv_inc
 
         return adv_inc.funcify(op, node)
+    if type(op) is ArgSortOp:
+        from pmfast.compiler import sort
+
+        return sort.funcify(op, node)
     if type(op).__module__ in ("pytensor.tensor.slinalg", "pmfast.passes.cholesky_grad"):
         from pmfast.compiler import linalg
 
