@@ -3,6 +3,7 @@
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
+import pytest
 from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
 import pmfast
@@ -60,6 +61,30 @@ def test_batch_of_diagonals_equal_stock():
         np.testing.assert_array_equal(a, b)
 
 
+def test_index_axis_of_y_known_at_run_time_only():
+    x = pt.tensor3("x", shape=(2, 3, 3))
+    y = pt.matrix("y", shape=(2, None))
+    packed = pt.vector("p")
+    r, c = np.tril_indices(3)
+    outs = [pt.set_subtensor(x[:, [0, 1, 2], [0, 1, 2]], y), pt.inc_subtensor(x[0][r, c], packed)]
+    ours, stock = _both([x, y, packed], outs)
+    nodes = [n for n in ours.maker.fgraph.toposort() if type(n.op) is AdvancedIncSubtensor]
+    assert len(nodes) == 2 and all(adv_inc._form(n) is not None for n in nodes)
+    rng = np.random.default_rng(4)
+    xv = rng.normal(size=(2, 3, 3))
+    for m, p in ((3, 6), (1, 1), (3, 1)):
+        args = (xv, rng.normal(size=(2, m)), rng.normal(size=p))
+        for a, b in zip(ours(*args), stock(*args), strict=True):
+            np.testing.assert_array_equal(a, b)
+    for m, p in ((2, 6), (3, 5)):
+        args = (xv, rng.normal(size=(2, m)), rng.normal(size=p))
+        with pytest.raises(ValueError) as e_ours:
+            ours(*args)
+        with pytest.raises(ValueError) as e_stock:
+            stock(*args)
+        assert str(e_ours.value).splitlines()[0] == str(e_stock.value).splitlines()[0]
+
+
 def test_declines_runtime_indices_and_unknown_lengths():
     x = pt.matrix("x")
     i = pt.lvector("i")
@@ -68,7 +93,6 @@ def test_declines_runtime_indices_and_unknown_lengths():
     y2 = pt.matrix("y2")
     for out in (
         pt.set_subtensor(x[i, i], 1.0),
-        pt.set_subtensor(x[[0, 1], [1, 0]], y),
         pt.set_subtensor(x[[0, 1], 1:], 1.0),
         pt.set_subtensor(x3[:, [0, 1], [0, 1]], y2),  # the batch's length unknown
     ):

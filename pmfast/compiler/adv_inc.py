@@ -9,7 +9,8 @@ entry that uses one, in every process (bayesian_var_ireland: ~0.9 CPU s of funct
 
 Here, when the leading axes of ``x`` are indexed with full slices (``x[:, i0, i1]``, a batch of
 diagonals) and the others with constant integer vectors of one length ``n``, and ``y`` is 0-d or has
-the sliced axes' static lengths and then ``n`` or 1, nothing can fail to broadcast, so the node
+the sliced axes' static lengths and then ``n`` or 1 (or a length known at run time only, checked
+there with numba's ``broadcast_to`` message), nothing else can fail to broadcast, so the node
 function is pytensor's loop without the broadcasts: the copy of ``x`` (unless in place), then
 ``x[j, i0[k], i1[k]] = y[j, k]`` (or ``+=``; ``k`` outermost, so repeated indices accumulate in
 pytensor's order) for ``k < n`` and every ``j`` of the sliced axes, with ``y[j, 0]`` or ``y[()]``
@@ -26,6 +27,10 @@ import numpy as np
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
+
+#: numba's ``np.broadcast_to`` error (``_can_broadcast``), which pytensor's code raises for a ``y``
+#: whose index axis is neither ``n`` nor 1 long.
+_BROADCAST_ERROR = "operands could not be broadcast together with remapped shapes"
 
 
 def _form(node) -> tuple[int, int] | None:
@@ -59,7 +64,7 @@ def _form(node) -> tuple[int, int] | None:
         return s, n
     # y's leading axes are x's sliced ones (statically equal lengths), its last the index one
     lead_x, lead_y = x.type.shape[:s], y.type.shape[:-1]
-    if y.ndim == s + 1 and y.type.shape[-1] in (n, 1) and None not in lead_x and lead_x == lead_y:
+    if y.ndim == s + 1 and y.type.shape[-1] in (n, 1, None) and None not in lead_x and lead_x == lead_y:
         return s, n
     return None
 
@@ -75,12 +80,21 @@ def source(ndim: int, y_ndim: int, y_len: int | None, n: int, set_: bool, inplac
     name = f"{'set' if set_ else 'inc'}_advanced_integer_vector_indexing"
     idx = [f"idx{k}" for k in range(ndim)]
     lead = [f"j{a}" for a in range(s)]
+    lines = []
     if y_ndim == 0:
         value = "y[()]"
+    elif y_len is None:  # checked at run time as numba's broadcast_to checks it (its message)
+        lines += [
+            f"m = y.shape[{y_ndim - 1}]",
+            f"if m != {n} and m != 1:",
+            f"    raise ValueError({_BROADCAST_ERROR!r})",
+            f"step = 1 if m == {n} else 0",
+        ]
+        value = f"y[{', '.join([*lead, 'k * step'])}]"
     else:
         value = f"y[{', '.join([*lead, '0' if y_len == 1 and n != 1 else 'k'])}]"
     target = f"x[{', '.join([*lead, *(f'{i}[k]' for i in idx[s:])])}]"
-    lines = [] if inplace else ["x = _pm_copy(x)"]
+    lines += [] if inplace else ["x = _pm_copy(x)"]
     lines.append(f"for k in range({n}):")
     for a in range(s):
         lines.append("    " * (a + 1) + f"for j{a} in range(x.shape[{a}]):")
