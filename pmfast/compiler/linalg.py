@@ -45,7 +45,7 @@ from scipy.linalg import LinAlgError
 from pmfast.compiler import arrays, lapack, native
 
 #: Bump when an implementation here changes (part of its cache key, with this module's and lapack's source).
-VERSION = 2
+VERSION = 3
 
 _DTYPES = ("float64", "float32")
 
@@ -399,14 +399,51 @@ def jitted(name: str):
     return _jitted[_OPS[name][0].__name__] if name in _OPS else _jitted[name]
 
 
+#: The rank of each implementation's result (a C-contiguous array of the inputs' dtype); LUFactor's
+#: (a tuple with the pivots) is not predicted.
+_RESULT_NDIM = {"cholesky": 2, "solve_triangular2": 2, "solve_triangular1": 1, "cho_solve2": 2, "cho_solve1": 1, "cholesky_grad": 2, "dot": 2}
+
+
+def _deferred(name: str, dtype: str):
+    """The implementation ``name`` for ``dtype`` called through a
+    :class:`pmfast.loops.deferred.Deferred`, or None to call it directly.
+
+    In a cold process numba compiles each implementation when it types the entry's call, on the core
+    that compiles the entry (bayesian_var_ireland: ``_solve_triangular2``, ``_cholesky_grad`` and
+    ``_cholesky``, ~1.6 CPU s). Deferred, the entry's typing takes the predicted result type
+    (:data:`_RESULT_NDIM`; checked against the compiled one at link time, a mismatch is an error),
+    a forked worker compiles the implementation into numba's cache when a core is idle
+    (:func:`pmfast.loops.deferred.spare_core`), and the caller links the same cached code when its
+    library is finalised: the same machine code either way. ``PMFAST_DEFERRED_KERNELS=0`` calls it
+    directly.
+    """
+    import os
+
+    import numba
+    from numba.core import types
+    from pytensor import config
+
+    from pmfast.compiler.pure import jit_off
+    from pmfast.loops import deferred
+
+    if name not in _RESULT_NDIM or os.environ.get("PMFAST_DEFERRED_KERNELS", "1") == "0":
+        return None
+    if not config.numba__cache or jit_off():
+        return None
+    deferred.install()
+    restype = types.Array(numba.from_dtype(np.dtype(dtype)), _RESULT_NDIM[name], "C")
+    return deferred.Deferred(jitted(name), f"pmfast_linalg_{name}_{dtype}_{_SOURCE}", restype)
+
+
 def _build(name: str, props: tuple, dtype: str):
     """``(node function, key)``: the one-line call of :func:`jitted` ``name`` with ``props``."""
     from pytensor.link.numba.cache import compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
 
     src = _OPS[name][1].format(*props)
-    env = {"__name__": __name__, "_pm_impl": jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any}
-    key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, _SOURCE, src, dtype, arrays.VERSION)).encode()).hexdigest()
+    impl = _deferred(name, dtype)
+    env = {"__name__": __name__, "_pm_impl": impl or jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any}
+    key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, _SOURCE, src, dtype, arrays.VERSION, impl is not None)).encode()).hexdigest()
     fname = src.split("(")[0][4:]
     return numba_njit(compile_numba_function_src(src, fname, env, env)), key
 

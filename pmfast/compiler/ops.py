@@ -42,7 +42,9 @@ behaves the same: same results, same exception type and message.
   of it), a loop otherwise, with numba's error for sizes that don't match.
   Vector · vector is a loop. Other matrix products stay pytensor's.
 
-``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`.
+``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`;
+``CumOp``: :mod:`pmfast.compiler.cumop`; ``AdvancedIncSubtensor`` with a constant index vector per
+axis: :mod:`pmfast.compiler.adv_inc`; ``ArgSortOp`` of a vector: :mod:`pmfast.compiler.sort`.
 Dense linear algebra (``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``, matrix ×
 matrix ``Dot``): :mod:`pmfast.compiler.linalg`.
 
@@ -465,8 +467,11 @@ def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
     from pytensor.tensor.basic import Join, Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
+    from pytensor.tensor.extra_ops import CumOp
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
+    from pytensor.tensor.sort import ArgSortOp
+    from pytensor.tensor.subtensor import AdvancedIncSubtensor
 
     if node is None:
         return None
@@ -494,6 +499,18 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import join
 
         return join.funcify(op, node)
+    if type(op) is CumOp:
+        from pmfast.compiler import cumop
+
+        return cumop.funcify(op, node)
+    if type(op) is AdvancedIncSubtensor:
+        from pmfast.compiler import adv_inc
+
+        return adv_inc.funcify(op, node)
+    if type(op) is ArgSortOp:
+        from pmfast.compiler import sort
+
+        return sort.funcify(op, node)
     if type(op).__module__ in ("pytensor.tensor.slinalg", "pmfast.passes.cholesky_grad"):
         from pmfast.compiler import linalg
 

@@ -1,0 +1,35 @@
+"""pmfast's numba implementation of pytensor's ``ArgSortOp`` of a vector.
+
+pytensor's ``argort_f(X, axis)`` swaps ``axis`` to the front, builds ``np.ndindex`` of the other
+axes as a list and argsorts each slice, then swaps back: for a vector numba compiles
+``np.swapaxes`` (twice), ``np.transpose``, ``np.arange``, the axis normaliser and the list of index
+tuples next to every entry that uses one (an LU solve's pivots, bayesian_sem_workflow: ~1 CPU s of
+functions of their own). For a vector and a constant axis 0 or -1 the only slice is the vector
+itself, so the node function is ``np.argsort(X, kind)``: the same numba sort (quicksort or
+mergesort, as pytensor picks) of the same values, so the same indices, ties included. Other
+ArgSorts stay pytensor's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+#: Bump when the generated code changes (part of the cache key).
+VERSION = 1
+
+
+def funcify(op, node):
+    """``(numba function, cache key)`` for an ``ArgSortOp`` node of a vector, or None."""
+    from pytensor.graph.basic import Constant
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    x, axis = node.inputs
+    if x.ndim != 1 or not isinstance(axis, Constant) or axis.ndim != 0 or int(axis.data) not in (0, -1):
+        return None
+    if node.outputs[0].type.dtype != "int64" or op.kind not in ("quicksort", "mergesort"):
+        return None
+    src = f"def argsort(x, axis):\n    return np.argsort(x, kind={op.kind!r})\n"
+    env = {"__name__": __name__, "np": __import__("numpy")}
+    key = "pmfast_argsort_" + hashlib.sha256(repr((VERSION, src, x.type.dtype)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "argsort", env, env)), key
