@@ -138,26 +138,18 @@ def _tri_mat(a, m, flip, x, tri_lower, op_t, unit):
     if k == 1:
         _tri_vec(m, flip, x, tri_lower, op_t, unit)
     elif n <= SMALL_ORDER:
-        if tri_lower != op_t:  # op(T) lower: forward substitution
-            for i in range(n):
-                for j in range(i):
-                    e = a[j, i] if op_t else a[i, j]
-                    for c in range(k):
-                        x[i, c] -= e * x[j, c]
-                if not unit:
-                    d = a[i, i]
-                    for c in range(k):
-                        x[i, c] /= d
-        else:
-            for i in range(n - 1, -1, -1):
-                for j in range(i + 1, n):
-                    e = a[j, i] if op_t else a[i, j]
-                    for c in range(k):
-                        x[i, c] -= e * x[j, c]
-                if not unit:
-                    d = a[i, i]
-                    for c in range(k):
-                        x[i, c] /= d
+        forward = tri_lower != op_t  # op(T) lower: forward substitution, else backward
+        for step in range(n):
+            i = step if forward else n - 1 - step
+            lo, hi = (0, i) if forward else (i + 1, n)
+            for j in range(lo, hi):
+                e = a[j, i] if op_t else a[i, j]
+                for c in range(k):
+                    x[i, c] -= e * x[j, c]
+            if not unit:
+                d = a[i, i]
+                for c in range(k):
+                    x[i, c] /= d
     else:
         uplo, trans = _flags(flip, tri_lower, not op_t)
         lapack.call("trsm", (_R, uplo, trans, _U if unit else _N, k, n, 1.0, m, n, x, max(k, 1)))
