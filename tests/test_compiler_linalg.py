@@ -94,7 +94,9 @@ def test_cholesky_matches_scipy_for_every_layout(n, props, seed):
         got = f(a)
         ref = sl.cholesky(s, lower=lower) if n else np.zeros((0, 0), dtype)
         np.testing.assert_allclose(got, ref, **_tol(dtype))
-        assert got.dtype == dtype and got.flags.c_contiguous
+        assert got.dtype == dtype
+        # a destroyed F-ordered input holds the result, F-ordered (as stock's); every other result is C
+        assert got.flags.c_contiguous or (overwrite and a.flags.f_contiguous and np.shares_memory(got, a))
 
 
 def test_cholesky_reads_one_triangle_and_fails_to_nan():
@@ -113,15 +115,17 @@ def test_cholesky_reads_one_triangle_and_fails_to_nan():
     assert _lowered(Cholesky(lower=True), "float64")(np.ones((0, 3))).shape == (0, 3)
 
 
-def test_cholesky_overwrites_a_c_contiguous_input_in_place():
+def test_cholesky_overwrites_a_contiguous_input_in_place():
     s = _spd(np.random.default_rng(2), 5, "float64")
-    a = s.copy()
-    out = _lowered(Cholesky(lower=True, overwrite_a=True), "float64")(a)
-    assert np.shares_memory(out, a)
-    np.testing.assert_allclose(out, np.linalg.cholesky(s), rtol=1e-12)
-    f = np.asfortranarray(s)
-    out = _lowered(Cholesky(lower=True, overwrite_a=True), "float64")(f)
-    np.testing.assert_array_equal(f, s)  # not C-contiguous: not destroyed (allowed, not required)
+    for lower in (True, False):
+        ref = sl.cholesky(s, lower=lower)
+        for a in (s.copy(), np.asfortranarray(s)):
+            out = _lowered(Cholesky(lower=lower, overwrite_a=True), "float64")(a)
+            assert np.shares_memory(out, a) and out.flags.f_contiguous == a.flags.f_contiguous
+            np.testing.assert_allclose(out, ref, rtol=1e-12)
+    strided = _layouts(s)[2]
+    _lowered(Cholesky(lower=True, overwrite_a=True), "float64")(strided)
+    np.testing.assert_array_equal(strided, s)  # neither C nor F: copied, as stock
 
 
 @settings(max_examples=40, deadline=None)

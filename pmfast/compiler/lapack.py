@@ -34,6 +34,7 @@ import numpy as np
 
 from llvmlite import ir
 from numba.core import cgutils, types
+from numba.core.extending import overload
 from pmfast.compiler.pure import intrinsic
 from numba.np.arrayobj import make_array, populate_array
 
@@ -220,3 +221,48 @@ def layout(typingctx, ary):
 @layout.python
 def _(ary):
     return np.int64(1 if ary.size == 0 or ary.flags.c_contiguous else 2 if ary.flags.f_contiguous else 0)
+
+
+def _fortran_only(ary) -> bool:
+    """A 2-d array numba types Fortran-ordered (F-contiguous and not C-contiguous: numba types an
+    array that is both as C)."""
+    return ary.ndim == 2 and ary.flags.f_contiguous and not ary.flags.c_contiguous
+
+
+def fortran_t(ary):
+    """``ary.T`` (a C view of the same memory) if ``ary`` is typed Fortran-ordered, else ``ary``.
+
+    Chosen at typing time from ``ary``'s numba type (:func:`_typed_f`), so an op that may destroy an
+    F-ordered input works in its memory and returns an F-ordered result (:func:`from_fortran_t`),
+    while every other caller keeps its C-typed result; these Python versions decide from the flags,
+    as numba types an array passed from Python."""
+    return ary.T if _fortran_only(ary) else ary
+
+
+def from_fortran_t(ary, result):
+    """``result.T`` if ``ary`` is typed Fortran-ordered (``result`` was computed on :func:`fortran_t`), else ``result``."""
+    return result.T if _fortran_only(ary) else result
+
+
+def is_fortran(ary):
+    """Whether ``ary`` is typed Fortran-ordered (a constant of each compiled version)."""
+    return _fortran_only(ary)
+
+
+def _typed_f(ary) -> bool:
+    return isinstance(ary, types.Array) and ary.ndim == 2 and ary.layout == "F"
+
+
+@overload(fortran_t)
+def _(ary):
+    return (lambda ary: ary.T) if _typed_f(ary) else (lambda ary: ary)
+
+
+@overload(from_fortran_t)
+def _(ary, result):
+    return (lambda ary, result: result.T) if _typed_f(ary) else (lambda ary, result: result)
+
+
+@overload(is_fortran)
+def _(ary):
+    return (lambda ary: True) if _typed_f(ary) else (lambda ary: False)

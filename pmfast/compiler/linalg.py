@@ -11,8 +11,14 @@ props as run-time flags (:func:`jitted`): numba compiles and caches it once per 
 for every props and model, and the implementations share their pieces (layout views, copies,
 the triangular solves). BLAS/LAPACK is called through :func:`pmfast.compiler.lapack.call`.
 
-**Layout.** Every result is a new C-contiguous array (or the destroyed input, when an op may
-overwrite it and it is C-contiguous); ``LUFactor``'s is Fortran-ordered, as LAPACK writes it. A
+**Layout.** Every result is a new C-contiguous array; ``LUFactor``'s is Fortran-ordered, as LAPACK
+writes it. **Destroyed inputs** follow stock's rules: an op whose ``overwrite_*`` prop is set (pytensor's
+inplace rewrites set it where the input is not needed afterwards) works in the input's memory when
+stock's does — ``Cholesky`` on a C- or F-contiguous input, the solves on an F-contiguous right-hand
+side (a vector, a single column), ``LUFactor`` on an F-contiguous input — and copies otherwise. An
+input numba types F-ordered is worked on through its C transpose and the result is F-ordered
+(:data:`_DESTROYING`, chosen at typing time); one typed 'A' that happens to be F-contiguous is
+copied (the result's type can't depend on run-time flags). A
 C-contiguous matrix read as Fortran is its transpose, so no input is copied to another order: a
 triangular factor ``T`` that is C-contiguous is passed as ``T.T`` with the triangle flag flipped
 (an F-contiguous one as is), and a solve ``X = A⁻¹ B`` with ``X`` C-contiguous is ``Xᵀ Aᵀ = Bᵀ``,
@@ -45,7 +51,7 @@ from scipy.linalg import LinAlgError
 from pmfast.compiler import arrays, lapack, native
 
 #: Bump when an implementation here changes (part of its cache key, with this module's and lapack's source).
-VERSION = 3
+VERSION = 4
 
 _DTYPES = ("float64", "float32")
 
@@ -76,9 +82,10 @@ def _c_matrix(a):
 
 
 def _c_copy2(b, overwrite):
-    """``b`` itself (C-contiguous and ``overwrite``) or a new C copy of it."""
+    """``b`` itself (``overwrite`` and contiguous both ways: a single row or column, which LAPACK would
+    solve in place, as stock does) or a new C copy of it."""
     c = lapack.layout(b) == 1
-    if overwrite and c:
+    if overwrite and c and (b.shape[0] == 1 or b.shape[1] == 1):
         return lapack.c_view(b)
     x = native.empty((b.shape[0], b.shape[1]), b.dtype)
     if c:
@@ -155,6 +162,21 @@ def _tri_mat(a, m, flip, x, tri_lower, op_t, unit):
         lapack.call("trsm", (_R, uplo, trans, _U if unit else _N, k, n, 1.0, m, n, x, max(k, 1)))
 
 
+def _tri_left(m, flip, xt, tri_lower, op_t, unit):
+    """``X ← op(T)⁻¹ X`` for ``X`` Fortran-ordered, given as ``xt = Xᵀ`` (C, ``k × n``): ``trsm`` from the
+    left on ``X`` read as Fortran (the destroyed F-ordered right-hand side, solved in its memory)."""
+    k, n = xt.shape
+    uplo, trans = _flags(flip, tri_lower, op_t)
+    lapack.call("trsm", (_L, uplo, trans, _U if unit else _N, n, k, 1.0, m, n, xt, n))
+
+
+def _nan_fill2(x):
+    for i in range(x.shape[0]):
+        for j in range(x.shape[1]):
+            x[i, j] = np.nan
+    return x
+
+
 def _has_zero_diagonal(a):
     """``trtrs``'s singularity test: an exact zero on the diagonal."""
     for i in range(a.shape[0]):
@@ -195,19 +217,22 @@ def _cholesky(a, lower, overwrite):
     return w
 
 
-def _solve_triangular2(a, b, lower, unit, overwrite):
-    """pytensor's ``SolveTriangular`` (``b_ndim=2``): ``A⁻¹ B``, all NaN if ``A`` is singular."""
+def _solve_triangular2(a, b, lower, unit, overwrite, bt):
+    """pytensor's ``SolveTriangular`` (``b_ndim=2``): ``A⁻¹ B``, all NaN if ``A`` is singular.
+
+    ``bt``: ``b`` is ``Bᵀ`` (C) of a destroyable F-ordered ``B`` (:func:`lapack.fortran_t`); the result
+    is then ``Xᵀ``, computed in ``b``'s memory."""
     if b.size == 0:
         return arrays.full3((b.shape[0], b.shape[1]), 0.0, b.dtype)
-    _check_solve(a, b)
+    _check_solve(a, b.T if bt else b)
     m, flip = _c_matrix(a)
-    x = _c_copy2(b, overwrite)
+    x = lapack.c_view(b) if bt else _c_copy2(b, overwrite)
     if not unit and _has_zero_diagonal(a):
-        for i in range(x.shape[0]):
-            for j in range(x.shape[1]):
-                x[i, j] = np.nan
-        return x
-    _tri_mat(a, m, flip, x, lower, False, unit)
+        return _nan_fill2(x)
+    if bt:
+        _tri_left(m, flip, x, lower, False, unit)
+    else:
+        _tri_mat(a, m, flip, x, lower, False, unit)
     return x
 
 
@@ -226,14 +251,20 @@ def _solve_triangular1(a, b, lower, unit, overwrite):
     return x
 
 
-def _cho_solve2(a, b, lower, overwrite):
-    """pytensor's ``CholeskySolve`` (``b_ndim=2``): ``(C Cᵀ)⁻¹ B`` (lower) or ``(Cᵀ C)⁻¹ B``; no checks (as ``potrs``)."""
+def _cho_solve2(a, b, lower, overwrite, bt):
+    """pytensor's ``CholeskySolve`` (``b_ndim=2``): ``(C Cᵀ)⁻¹ B`` (lower) or ``(Cᵀ C)⁻¹ B``; no checks (as
+    ``potrs``). ``bt`` as in :func:`_solve_triangular2`."""
     if b.size == 0:
         return arrays.full3((b.shape[0], b.shape[1]), 0.0, b.dtype)
-    _check_solve(a, b)
+    _check_solve(a, b.T if bt else b)
     m, flip = _c_matrix(a)
-    x = _c_copy2(b, overwrite)
     # lower: L Lᵀ x = b → L y = b, Lᵀ x = y; upper: Uᵀ U x = b → Uᵀ y = b, U x = y
+    if bt:
+        x = lapack.c_view(b)
+        _tri_left(m, flip, x, lower, not lower, False)
+        _tri_left(m, flip, x, lower, lower, False)
+        return x
+    x = _c_copy2(b, overwrite)
     _tri_mat(a, m, flip, x, lower, not lower, False)
     _tri_mat(a, m, flip, x, lower, lower, False)
     return x
@@ -346,16 +377,25 @@ def _matmul(x, y):
 #: per dtype and rank, whatever layouts a model's nodes have) and the props as non-literal bools)
 _OPS = {
     "cholesky": (_cholesky, "def cholesky(a):\n    return _pm_impl(_pm_a(a), _pm_b({0}), _pm_b({1}))\n"),
-    "solve_triangular2": (_solve_triangular2, "def solve_triangular(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}), _pm_b({2}))\n"),
+    "solve_triangular2": (_solve_triangular2, "def solve_triangular(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}), _pm_b({2}), _pm_b(False))\n"),
     "solve_triangular1": (_solve_triangular1, "def solve_triangular(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}), _pm_b({2}))\n"),
-    "cho_solve2": (_cho_solve2, "def cho_solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}))\n"),
+    "cho_solve2": (_cho_solve2, "def cho_solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}), _pm_b(False))\n"),
     "cho_solve1": (_cho_solve1, "def cho_solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}))\n"),
     "lu_factor": (_lu_factor, "def lu_factor(a):\n    return _pm_impl(_pm_a(a), _pm_b({0}))\n"),
     "cholesky_grad": (_cholesky_grad, "def cholesky_grad(l, dz):\n    return _pm_impl(_pm_a(l), _pm_a(dz), _pm_b({0}))\n"),
     "dot": (_matmul, "def dot(x, y):\n    return _pm_impl(_pm_a(x), _pm_a(y))\n"),
 }
 
-_SHARED = ("_c_matrix", "_c_copy2", "_c_copy1", "_check_solve", "_flags", "_tri_vec", "_tri_mat", "_has_zero_diagonal")
+#: The node functions of ops that may destroy an input (``overwrite_*``): an input typed F-ordered is
+#: worked on in its memory, through its C transpose (:func:`lapack.fortran_t`), and the result is its
+#: F-ordered transpose back; inputs typed otherwise are handled as above.
+_DESTROYING = {
+    "cholesky": "def cholesky(a):\n    return _pm_back(a, _pm_impl(_pm_a(_pm_ft(a)), _pm_b({0}) != _pm_b(_pm_isf(a)), _pm_b(True)))\n",
+    "solve_triangular2": "def solve_triangular(a, b):\n    return _pm_back(b, _pm_impl(_pm_a(a), _pm_a(_pm_ft(b)), _pm_b({0}), _pm_b({1}), _pm_b(True), _pm_b(_pm_isf(b))))\n",
+    "cho_solve2": "def cho_solve(a, b):\n    return _pm_back(b, _pm_impl(_pm_a(a), _pm_a(_pm_ft(b)), _pm_b({0}), _pm_b(True), _pm_b(_pm_isf(b))))\n",
+}
+
+_SHARED = ("_c_matrix", "_c_copy2", "_c_copy1", "_check_solve", "_flags", "_tri_vec", "_tri_mat", "_tri_left", "_nan_fill2", "_has_zero_diagonal")
 _jitted: dict = {}
 
 
@@ -432,9 +472,11 @@ def _build(name: str, props: tuple, dtype: str):
     from pytensor.link.numba.cache import compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
 
-    src = _OPS[name][1].format(*props)
+    destroying = name in _DESTROYING and props[-1]
+    src = (_DESTROYING[name] if destroying else _OPS[name][1]).format(*props)
     impl = _deferred(name, dtype)
-    env = {"__name__": __name__, "_pm_impl": impl or jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any}
+    env = {"__name__": __name__, "_pm_impl": impl or jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any,
+           "_pm_ft": lapack.fortran_t, "_pm_back": lapack.from_fortran_t, "_pm_isf": lapack.is_fortran}
     key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, _SOURCE, src, dtype, arrays.VERSION, impl is not None)).encode()).hexdigest()
     fname = src.split("(")[0][4:]
     return numba_njit(compile_numba_function_src(src, fname, env, env)), key
