@@ -97,3 +97,21 @@ def test_declines_next_to_linear_algebra_and_outputs():
 
     (node,) = [n for n in fg.apply_nodes if isinstance(n.op, AllocDiag)]
     assert inline_diag.transform(fg, node) is None
+
+
+def test_user_opfromgraph_kept_diag_gradient_inlined():
+    """A user's small OpFromGraph stays a node (pytensor's tests look for it); diag(v)'s gradient, built
+    by OpFromGraph.L_op from the AllocDiag node, is inlined."""
+    from pytensor.compile.builders import OpFromGraph
+
+    x, v = pt.vector("x"), pt.vector("v")
+    user = OpFromGraph([x], [pt.exp(x)[0].set(1)])(x)
+    fg = _rewritten([user], [x], "early_diag")
+    assert [n for n in fg.apply_nodes if type(n.op) is OpFromGraph]
+    cost = (pt.diag(v) ** 2).sum()
+    grad = pytensor.grad(cost, v)
+    assert [n for n in FunctionGraph([v], [grad], clone=True).apply_nodes if type(n.op) is OpFromGraph]
+    fg = _rewritten([grad], [v], "early_diag")
+    assert not [n for n in fg.apply_nodes if type(n.op) is OpFromGraph]
+    f = pytensor.function([v], grad, mode=pmfast.get_mode("early_diag"))
+    np.testing.assert_allclose(f(np.array([1.0, -2.0, 3.0])), [2.0, -4.0, 6.0])

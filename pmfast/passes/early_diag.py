@@ -19,9 +19,12 @@ pytensor's rewrites of a diagonal matrix could still apply; that node is inlined
 
 The gradient of ``diag(v)`` is a plain ``OpFromGraph`` (``OpFromGraph.L_op``: ``diagonal(ḡ)`` as an
 ``AdvancedSubtensor``) that no rewrite ever inlines: numba compiles it as a function of its own
-(``numba_ofg`` and its inner graph, ~0.6 CPU s of a GP's cold compile). :func:`inline_small_ofg`
-inlines plain ``OpFromGraph`` nodes (not subclasses: those are ops with meaning to rewrites) whose
-inner graph has at most :data:`SMALL_OFG` nodes and no linear algebra, the same way.
+(``numba_ofg`` and its inner graph, ~0.6 CPU s of a GP's cold compile). :func:`inline_diag_gradient`
+inlines that node, the same way, before :func:`inline_diag` (which would hide its provenance): a
+plain ``OpFromGraph`` whose inputs are an ``AllocDiag`` node's inputs, then its outputs, then one
+gradient per output (how ``L_op`` calls it), with a small inner graph free of linear algebra. A
+user's own ``OpFromGraph`` is left to pytensor (whose tests look for it in the compiled graph:
+``tests/link/numba/test_compile_ops.py``).
 """
 
 from __future__ import annotations
@@ -59,15 +62,32 @@ def inline_diag(fgraph, node):
     return inline_ofg_node(node)
 
 
-#: Most inner-graph nodes of a plain ``OpFromGraph`` that :func:`inline_small_ofg` inlines.
+#: Most inner-graph nodes of a gradient ``OpFromGraph`` that :func:`inline_diag_gradient` inlines.
 SMALL_OFG = 16
 
 
+def _is_diag_gradient(node) -> bool:
+    """Whether ``node`` is called as ``OpFromGraph.L_op`` calls an ``AllocDiag``'s gradient: the forward
+    node's inputs, its outputs, then one output gradient each."""
+    for var in node.inputs:
+        fwd = var.owner
+        if fwd is None or not isinstance(fwd.op, AllocDiag):
+            continue
+        k, m = len(fwd.inputs), len(fwd.outputs)
+        if len(node.inputs) == k + 2 * m and all(
+            a is b for a, b in zip(node.inputs[: k + m], [*fwd.inputs, *fwd.outputs], strict=True)
+        ):
+            return True
+    return False
+
+
 @node_rewriter([OpFromGraph])
-def inline_small_ofg(fgraph, node):
-    """A plain ``OpFromGraph`` with a small inner graph free of linear algebra → its inner graph."""
+def inline_diag_gradient(fgraph, node):
+    """The gradient ``OpFromGraph`` of an ``AllocDiag`` (small, no linear algebra) → its inner graph."""
     op = node.op
     if type(op) is not OpFromGraph or len(op.fgraph.apply_nodes) > SMALL_OFG:
+        return None
+    if not _is_diag_gradient(node):
         return None
     if any(_diagonal_rewrites_may_apply(inner) for inner in op.fgraph.apply_nodes):
         return None
@@ -76,5 +96,7 @@ def inline_small_ofg(fgraph, node):
 
 
 early_diag_pass = register_pass(PASS_NAME, "diag(v) inlined before canonicalize (a late inline duplicated a GP's Cholesky)")
-# after pytensor's inline_ofg_expansion (-0.01), before the first merge (0)
-early_diag_pass.register(dfs_rewriter(inline_diag, inline_small_ofg), -0.005, name="inline")
+# after pytensor's inline_ofg_expansion (-0.01), before the first merge (0); the gradients first,
+# while the AllocDiag nodes they were built from are still in the graph
+early_diag_pass.register(dfs_rewriter(inline_diag_gradient), -0.006, name="inline_gradient")
+early_diag_pass.register(dfs_rewriter(inline_diag), -0.005, name="inline")
