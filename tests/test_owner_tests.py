@@ -65,6 +65,17 @@ def test_files_run_apart_get_pytest_processes_of_their_own():
     assert chunks[1:] == [[p] for p in owner_tests.SUITE_APART]
 
 
+def test_pytensor_run_covers_every_test_file_the_registry_names():
+    """``owner_tests.py pytensor`` runs each pytensor test file a patch names (the static-shape patch's
+    ``tests/tensor/test_basic.py`` included); the numba suite is run by ``numba-suite``."""
+    from pmfast.compiler import patches
+
+    paths = owner_tests.pytensor_paths()
+    named = {t.split("::")[0] for p in patches() for t in p.owner_tests if t.startswith("tests/")}
+    assert "tests/tensor/test_basic.py" in paths
+    assert set(paths) == {t for t in named if not t.startswith(owner_tests.SUITE)}
+
+
 def test_linker_leaves_a_pure_python_function_alone():
     """pytensor's ``eval_python_only`` mocks ``numba_njit`` to return the function itself; pmfast's
     linker wrapped it as a dispatcher (``AttributeError: 'function' object has no attribute 'compile'``

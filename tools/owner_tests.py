@@ -1,7 +1,7 @@
 """Run the owners' tests of what pmfast replaces, without and with pmfast's replacements, and compare.
 
     python tools/owner_tests.py numba                      # numba's tests of the replaced areas
-    python tools/owner_tests.py pytensor --checkout DIR    # pytensor's, from a checkout of tag rel-2.38.3
+    python tools/owner_tests.py pytensor --checkout DIR    # pytensor's (the registry's paths), from a checkout of tag rel-2.38.3
     python tools/owner_tests.py numba --modules test_ssa test_inlining --json out.json
     python tools/owner_tests.py numba-suite --checkout DIR --compiled-only -n 2 --json out.json
 
@@ -41,13 +41,18 @@ NUMBA_MODULES = (
     "test_array_constants",
     "test_extending",
 )
-PYTENSOR_PATHS = (
-    "tests/tensor/test_extra_ops.py",
-    "tests/graph/test_features.py",
-    "tests/tensor/test_var.py",
-    "tests/link/c/test_op.py",
-)
 SUITE = "tests/link/numba"
+
+
+def pytensor_paths() -> list[str]:
+    """The pytensor test files the patch registry names as owners' tests (``tests/link/numba/`` is the
+    ``numba-suite``'s)."""
+    from pmfast.compiler import patches
+
+    named = {t.split("::")[0] for p in patches() for t in p.owner_tests if t.startswith("tests/")}
+    return sorted(t for t in named if not t.startswith(SUITE))
+
+
 SUITE_APART = ("tests/link/numba/test_random.py",)
 WAYS = ("stock", "mode", "enable")
 
@@ -141,7 +146,7 @@ def main(argv=None) -> int:
     else:
         if args.checkout is None or not (args.checkout / "tests").is_dir():
             parser.error("pytensor needs --checkout DIR holding pytensor's tests/ (git archive rel-2.38.3 tests conftest.py)")
-        cwd, paths = args.checkout, list(args.modules or PYTENSOR_PATHS)
+        cwd, paths = args.checkout, list(args.modules or pytensor_paths())
     report, same = {}, True
     for path in paths:
         plain, t_plain = run(path, False, cwd, args.timeout)
