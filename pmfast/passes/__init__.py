@@ -3,6 +3,7 @@
 Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*``)::
 
    -0.01   inline_ofg_expansion
+  * -0.006 early_diag        diag(v)'s gradient OpFromGraph inlined (while its AllocDiag is there)
   * -0.005 early_diag        diag(v) (an OpFromGraph) inlined before canonicalize: inlined late,
                              in specialize, it pulled in a stale shape graph and a second copy
                              of a GP's covariance and Cholesky (declined next to linear algebra)
