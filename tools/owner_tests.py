@@ -147,6 +147,9 @@ def main(argv=None) -> int:
         if args.checkout is None or not (args.checkout / "tests").is_dir():
             parser.error("pytensor needs --checkout DIR holding pytensor's tests/ (git archive rel-2.38.3 tests conftest.py)")
         cwd, paths = args.checkout, list(args.modules or pytensor_paths())
+        missing = [p for p in paths if not (cwd / p.split("::")[0]).exists()]
+        if missing:
+            parser.error(f"not in the checkout: {', '.join(missing)}")
     report, same = {}, True
     for path in paths:
         plain, t_plain = run(path, False, cwd, args.timeout)

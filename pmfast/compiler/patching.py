@@ -223,7 +223,7 @@ PATCHES: tuple[Patch, ...] = (
         "pmfast.compiler.constants",
         "a constant's merge signature built once per constant, not once per comparison",
         "compile",
-        ("tests/link/numba/", "tests/tensor/test_var.py"),
+        ("tests/link/numba/", "tests/tensor/test_variable.py"),
     ),
     Patch(
         "pytensor.tensor.basic:infer_static_shape",
