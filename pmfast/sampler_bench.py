@@ -229,11 +229,31 @@ def catalogue_models(catalogue: Path, names=(), core: bool = False) -> list[str]
     return list(dict.fromkeys(specs))
 
 
+#: A scalar whose sd is at most this fraction of its |mean| is constant over the draws (rounding in the mean and sd).
+CONSTANT_RTOL = 1e-12
+#: Constant scalars agree when their means differ by at most this, relative (the parity tolerance).
+PARITY_RTOL = 1e-9
+
+
+def _constant(mean: float, sd: float) -> bool:
+    return sd == 0.0 or sd <= CONSTANT_RTOL * abs(mean)
+
+
 def agreement(a: dict, b: dict) -> float:
-    """Largest |Δmean| / sqrt(sd_a²/ess_a + sd_b²/ess_b) over the scalars both posteriors have (z-score scale)."""
+    """Largest |Δmean| / sqrt(sd_a²/ess_a + sd_b²/ess_b) over the scalars both posteriors have (z-score scale).
+
+    A scalar constant over both sides' draws (a deterministic of data only, such as observed values
+    concatenated into a ``pm.Deterministic``) has no Monte-Carlo error: its sd is rounding in the mean
+    (~1e-16), so an ulp between two runs of different lengths would read as tens of standard errors.
+    Such scalars are compared by relative difference instead: 0 within :data:`PARITY_RTOL`, else inf.
+    """
     worst = 0.0
     for key in a.keys() & b.keys():
         (ma, sa, ea), (mb, sb, eb) = a[key], b[key]
+        if _constant(ma, sa) and _constant(mb, sb):
+            if abs(ma - mb) > PARITY_RTOL * max(abs(ma), abs(mb)) and not (math.isnan(ma) and math.isnan(mb)):
+                worst = math.inf
+            continue
         se = math.sqrt(sa * sa / max(ea, 1.0) + sb * sb / max(eb, 1.0))
         if se > 0 and math.isfinite(se):
             worst = max(worst, abs(ma - mb) / se)
