@@ -268,3 +268,22 @@ def test_run_lengths_stretch_tiny_runs_and_shorten_heavy_ones():
     assert sb.run_lengths(1000.0, (100, 100), (300, 300), budget=120, min_wall=3.0) == ((101, 101), 1)
     (tune, draws), pairs = sb.run_lengths(2.0, (100, 100), (300, 300), budget=120, min_wall=3.0)
     assert (tune, draws) == (300, 300) and pairs == sb.PAIRS
+
+
+def test_start_overrides_only_where_the_default_start_is_not_finite():
+    """marginalized_gaussian_mixture_model drops its initvals: an ordered ``mu`` at its prior mean is
+    ``[0, -inf, -inf]`` transformed, and nutpie's initialization fails on every side."""
+    import pymc as pm
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0.0, 1.0, shape=3, transform=pm.distributions.transforms.ordered, initval=[1.0, 2.0, 3.0])
+        pm.Normal("y", mu.sum(), 1.0, observed=[0.5])
+    point = model.initial_point()
+    model.rvs_to_initial_values = {rv: None for rv in model.free_RVs}
+    assert not np.isfinite(model.initial_point()["mu_ordered__"]).all()
+    overrides = sb.start_overrides(model, point)
+    np.testing.assert_allclose(overrides["mu"], [1.0, 2.0, 3.0])
+    with pm.Model() as fine:
+        pm.Normal("x", 0.0, 1.0)
+    assert sb.start_overrides(fine, fine.initial_point()) is None
+    assert sb.start_overrides(model, None) is None
