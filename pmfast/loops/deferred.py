@@ -22,10 +22,12 @@ through a :class:`Deferred` instead of the kernel's dispatcher:
   a stand-in where numba would have put the kernel's library among its linking libraries.
 * **Resolution** (:func:`resolve`, before that library is finalised: linked and optimised). Close
   the pipe and wait for the worker, compile the kernel here (now a load from the cache; the error
-  of a compile that fails surfaces here), check its return type against the prediction, put its
-  library in place of the stand-in and rename the placeholder declaration to the kernel's symbol.
-  The module is then linked and optimised exactly as with a direct call, and the kernel's linkable
-  module comes from the cache whichever process compiled it: the same bits either way.
+  of a compile that fails surfaces here), check its return type against the prediction, and define
+  the placeholder, process-wide, as the address of the kernel's own machine code (:class:`External`,
+  which the library's ``reload_init`` also runs when numba loads it from its cache). The kernel is
+  not linked into the caller and optimised there again, in every entry and part that calls it; every
+  process calls the same cached code whichever process compiled it. ``PMFAST_DEFERRED_LINK=1``
+  links it instead (its library in place of the stand-in, the placeholder renamed to its symbol).
 
 :func:`install` patches numba's ``CPUCodeLibrary.finalize`` to call :func:`resolve` first, only
 for libraries with pending placeholders (one ``__dict__`` lookup otherwise).
