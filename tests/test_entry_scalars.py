@@ -34,19 +34,24 @@ def test_stack_buffer_and_cell_views():
 
 
 def _reference_lane_sum(x):
-    """The association :func:`scalars.lane_sum_function` promises, in Python."""
-    n, s = len(x), [0.0] * 8
-    full = n - n % 8
-    for i in range(0, full, 8):
-        for k in range(8):
-            s[k] += x[i + k]
-    total = ((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))
-    for i in range(full, n):
-        total += x[i]
+    """The association :func:`scalars.lane_sum_function` promises, in Python: 32 partial sums over the
+    whole blocks of 32, the first 8 of them over the whole blocks of 8 left; the 4 blocks of 8 partial
+    sums added lane by lane pairwise, the 8 lanes pairwise; then the rest in order."""
+    n, s, i = len(x), [0.0] * 32, 0
+    for width in (32, 8):
+        while i + width <= n:
+            for k in range(width):
+                s[k] += x[i + k]
+            i += width
+    b = [s[k] + s[k + 8] for k in range(8)], [s[k + 16] + s[k + 24] for k in range(8)]
+    lanes = [p + q for p, q in zip(*b)]
+    total = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]))
+    for j in range(i, n):
+        total += x[j]
     return total
 
 
-@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 85, 1001])
+@pytest.mark.parametrize("n", [0, 1, 7, 8, 9, 31, 32, 33, 47, 85, 1001, 4997])
 def test_lane_sum_has_a_fixed_association(n):
     import numba
 
