@@ -153,6 +153,22 @@ def test_parts_pass_scalars_and_rebuild_views(kernels):
     assert not any(name.endswith("_pm_view") for s in specs for name in s.inputs)
 
 
+def test_parts_rebuild_views_of_the_inputs(kernels):
+    """A view of the point (a parameter's slice or element) is made again by each part that reads
+    it, never returned by one part to another."""
+    _, _, built = kernels
+    specs = [p.spec for p in built["parts"].entry.parts]
+    seen, repeated = set(), set()
+    for s in specs:
+        for stmt in set(s.body):
+            (repeated if stmt in seen else seen).add(stmt)
+    point = built["parts"].entry.spec.inputs[0]
+    targets = {stmt.split("=")[0].strip() for stmt in repeated if point in stmt.split("=", 1)[1]}
+    assert targets, "no view of the point rebuilt in a second part"
+    assert not targets & {o for s in specs for o in s.outputs}
+    assert not targets & {i for s in specs for i in s.inputs}
+
+
 def test_parts_compiled_by_the_worker_give_the_same_bits(tmp_path):
     """One model compiled twice in fresh processes, parts handed over by a worker or compiled here."""
     import subprocess

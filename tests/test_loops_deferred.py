@@ -231,7 +231,8 @@ def test_an_unresolved_placeholder_fails_clearly():
 
 def test_the_forwarder_fallback_links_the_same_call(monkeypatch):
     """If the caller's module already declared the kernel's symbol, the placeholder is defined as an
-    always-inlined call of it instead of renamed."""
+    always-inlined call of it instead of renamed (the linked path, ``PMFAST_DEFERRED_LINK=1``)."""
+    monkeypatch.setenv("PMFAST_DEFERRED_LINK", "1")
     monkeypatch.setattr(deferred, "_has_function", lambda module, name: True)
     k = _fresh_kernel()
 
@@ -240,6 +241,82 @@ def test_the_forwarder_fallback_links_the_same_call(monkeypatch):
         return k(0, a.size, a)[0]
 
     assert caller(np.arange(5.0)) == 10.0
+
+
+def _defines(library, name: str) -> bool:
+    return any(fn.name == name and not fn.is_declaration for fn in library._final_module.functions)
+
+
+@pytest.mark.parametrize("link", ["0", "1"])
+def test_the_callee_is_called_by_symbol_unless_linked(monkeypatch, link):
+    """By default the caller declares the placeholder (defined process-wide as the callee's address)
+    and holds none of the callee's code; ``PMFAST_DEFERRED_LINK=1`` links the callee as before."""
+    monkeypatch.setenv("PMFAST_DEFERRED_LINK", link)
+    monkeypatch.setenv("PMFAST_PARALLEL_COMPILE", "0")
+    k = _fresh_kernel()
+
+    @numba.njit
+    def caller(a):
+        return k(0, a.size, a)[0]
+
+    assert caller(np.arange(5.0)) == 10.0
+    library = next(iter(caller.overloads.values())).library
+    (sig,) = list(k.dispatcher.overloads)
+    kernel = k.dispatcher.overloads[sig].fndesc.mangled_name
+    name = k.placeholder(sig)
+    declared = {fn.name for fn in library._final_module.functions if fn.is_declaration}
+    if link == "1":  # linked (and maybe inlined): nothing left to resolve
+        assert name not in declared and kernel not in declared
+        assert not any(isinstance(f, deferred.External) for f in library._reload_init)
+    else:
+        assert not _defines(library, kernel)
+        assert name in declared
+        assert deferred.External(k, sig) in library._reload_init
+
+
+_CACHED_CALLER = """
+import sys
+import numba, numpy as np
+from numba.core import types
+from pmfast.compiler import cache
+from pmfast.loops import deferred
+
+def kernel(r0, r1, x):
+    s = np.float64(0)
+    for i in range(r0, r1):
+        s += np.float64(x[i]) * 2
+    return (np.float64(s),)
+
+cache.register(kernel, sys.argv[1])
+deferred.install()
+k = deferred.Deferred(numba.njit(kernel, cache=True, no_cpython_wrapper=True), sys.argv[1], types.UniTuple(types.float64, 1))
+
+@numba.njit(cache=True)
+def caller(a):
+    return k(0, a.size, a)[0] + 1.0
+
+print(caller(np.arange(6.0)), caller.stats.cache_hits.get(caller.signatures[0], 0) if caller.signatures else 0,
+      len(k.dispatcher.overloads))
+"""
+
+
+def test_a_cached_caller_defines_its_callee_when_loaded(tmp_path):
+    """A caller loaded from numba's cache in a fresh process (its callee not compiled there yet)
+    defines the placeholder before its code is linked: the callee is loaded from its own cache."""
+    import subprocess
+    import sys
+
+    script = tmp_path / "cached_caller.py"
+    script.write_text(_CACHED_CALLER)
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "cache"), "PMFAST_PARALLEL_COMPILE": "0", "PMFAST_DEFERRED_LINK": "0"}
+    key = f"pmfast_test_deferred_{uuid.uuid4().hex}"
+    runs = [subprocess.run([sys.executable, str(script), key], env=env, capture_output=True, text=True, cwd=tmp_path) for _ in range(2)]
+    for r in runs:
+        assert r.returncode == 0, r.stderr
+    first, second = (r.stdout.split() for r in runs)
+    assert first[0] == second[0] == "31.0"
+    assert first[1] == "0" and second[1] == "1"  # compiled, then loaded from the cache
+    assert second[2] == "1"  # the callee was loaded (by the caller's reload) before the caller ran
 
 
 def test_spare_core_reads_the_runnable_tasks(monkeypatch, tmp_path):

@@ -298,8 +298,9 @@ class Split:
     buffers: tuple
 
 
-def _view_makers(body) -> dict[str, tuple[str, str, str]]:
-    """``{view: (statement, buffer, scalar)}`` for the body's ``V = _pm_store_cell(buf, k, X)`` statements."""
+def _view_makers(body) -> dict[str, tuple[str, str | None, tuple[str, ...]]]:
+    """``{view: (statement, buffer, reads)}`` for the body's ``V = _pm_store_cell(buf, k, X)`` statements
+    (``reads``: ``(X,)``)."""
     out = {}
     for stmt in body:
         node = ast.parse(stmt).body[0]
@@ -314,7 +315,34 @@ def _view_makers(body) -> dict[str, tuple[str, str, str]]:
             and isinstance(value.args[0], ast.Name)
             and isinstance(value.args[2], ast.Name)
         ):
-            out[node.targets[0].id] = (stmt, value.args[0].id, value.args[2].id)
+            out[node.targets[0].id] = (stmt, value.args[0].id, (value.args[2].id,))
+    return out
+
+
+def _input_views(parsed, body, var_of: dict, inputs) -> dict[str, tuple[str, None, tuple[str, ...]]]:
+    """``{name: (statement, None, reads)}`` for statements that only view the entry's inputs.
+
+    A statement qualifies when its one output is a view (its op has a ``view_map``: a subtensor of
+    the point, a dimshuffle; a one-element subtensor held as a scalar reads the point) and every
+    body value it reads is an entry input or such a view. The entry's inputs (the point, the shared
+    arrays) are never destroyed (pytensor keeps graph inputs intact), so their views are the same
+    wherever they are made: the part that reads one makes it again instead of receiving it across
+    a cut (bayesian_sem_workflow: the point's slices, each read from the top of the graph to its
+    gradient, crossed every cut).
+    """
+    out: dict = {}
+    local = {t for p in parsed if p is not None for t in p[0]}
+    for stmt, p in zip(body, parsed, strict=True):
+        if p is None or len(p[0]) != 1:
+            continue
+        (name,) = p[0]
+        var = var_of.get(name)
+        owner = getattr(var, "owner", None)
+        if owner is None or len(owner.outputs) != 1 or not getattr(owner.op, "view_map", None):
+            continue
+        reads = tuple(sorted(r for r in p[1] if r in inputs or r in local))
+        if reads and all(r in inputs or r in out for r in reads):
+            out[name] = (stmt, None, reads)
     return out
 
 
@@ -325,7 +353,10 @@ def split(spec, env, var_of: dict, input_types: dict) -> Split | None:
     their numba types.
     """
     body = list(spec.body)
+    parsed = [_assign(s) for s in body]
     makers = _view_makers(body)
+    if all(p is not None for p in parsed):
+        makers.update(_input_views(parsed, body, var_of, input_types))
     buffers = {b[0]: b for b in spec.buffers}
     ops = list(spec.ops) if len(spec.ops) == len(body) else [None] * len(body)
 
@@ -342,9 +373,11 @@ def split(spec, env, var_of: dict, input_types: dict) -> Split | None:
 
     def passable(name):
         if name in makers:
-            return 1
+            return 1 if makers[name][1] is not None else 0  # a slot's scalar crosses; an input's view doesn't
         if arg_type(name) is None:
             return None
+        if name in spec.scalars:
+            return 1
         owner = getattr(var_of.get(name), "owner", None)
         return VIEW_COST if owner is not None and getattr(owner.op, "view_map", None) else 1
 
@@ -355,9 +388,21 @@ def split(spec, env, var_of: dict, input_types: dict) -> Split | None:
     if cut is None:
         return None
     w = weights(body, env)
-    parsed = [_assign(s) for s in body]
     local = set(input_types) | set(buffers) | {t for p in parsed for t in p[0]}
     bounds = cut.bounds
+
+    def need(r, defined, reads, rebuilt):
+        """``r`` is read where ``defined`` holds: rebuild it (after what it reads) or read it."""
+        if r not in local or r in defined or r in buffers:
+            return
+        if r in makers:
+            for d in makers[r][2]:
+                need(d, defined, reads, rebuilt)
+            rebuilt.append(r)
+            defined.add(r)
+        elif r not in reads:
+            reads.append(r)
+
     # what each part reads from outside it (views it rebuilds itself), in order of first use
     groups = []
     for k in range(len(bounds) - 1):
@@ -365,21 +410,17 @@ def split(spec, env, var_of: dict, input_types: dict) -> Split | None:
         defined, reads, rebuilt = set(), [], []
         for targets, names in parsed[lo:hi]:
             for r in sorted(names):
-                if r in local and r not in defined and r not in buffers:
-                    if r in makers:
-                        rebuilt.append(r)
-                        defined.add(r)
-                        r = makers[r][2]
-                        if r in defined:
-                            continue
-                    if r not in reads:
-                        reads.append(r)
+                need(r, defined, reads, rebuilt)
             defined |= set(targets)
         groups.append((lo, hi, reads, rebuilt))
     # the entry's epilogue reads views too: it rebuilds them in its own frame
-    entry_rebuilt = [r for r in sorted(epilogue) if r in makers]
+    entry_rebuilt, entry_reads = [], []
+    entry_defined = set(input_types)
+    for r in sorted(epilogue):
+        if r in makers:
+            need(r, entry_defined, entry_reads, entry_rebuilt)
     needed_later = [set() for _ in groups]
-    later = {makers[r][2] for r in entry_rebuilt} | {r for r in epilogue if r not in makers}
+    later = set(entry_reads) | {r for r in epilogue if r not in makers}
     for k in reversed(range(len(groups))):
         needed_later[k] = set(later)
         later |= set(groups[k][2])
@@ -405,7 +446,8 @@ def split(spec, env, var_of: dict, input_types: dict) -> Split | None:
         calls.append(f"{target}= {call}" if outputs else call)
     for r in entry_rebuilt:
         calls.append(makers[r][0])
-        entry_buffers[makers[r][1]] = buffers[makers[r][1]]
+        if makers[r][1] is not None:
+            entry_buffers[makers[r][1]] = buffers[makers[r][1]]
     return Split(parts, tuple(calls), tuple(entry_buffers.values()))
 
 

@@ -191,6 +191,13 @@ PATCHES: tuple[Patch, ...] = (
         (),
     ),
     Patch(
+        "llvmlite.binding:add_symbol (_pmfast_deferred_…)",
+        "pmfast.loops.deferred",
+        "a deferred callee (chunked kernel, linear algebra) called by a name of pmfast's own defined as its cached code's address, not linked and optimised again into every caller (process-wide: LLVM keeps one symbol table; a name always stands for the same cached code)",
+        "process",
+        (),
+    ),
+    Patch(
         "numba.core.errors:_termcolor_inst",
         "pmfast.compiler.overloads",
         "numba's error messages without terminal colour codes while pmfast compiles",

@@ -22,10 +22,12 @@ through a :class:`Deferred` instead of the kernel's dispatcher:
   a stand-in where numba would have put the kernel's library among its linking libraries.
 * **Resolution** (:func:`resolve`, before that library is finalised: linked and optimised). Close
   the pipe and wait for the worker, compile the kernel here (now a load from the cache; the error
-  of a compile that fails surfaces here), check its return type against the prediction, put its
-  library in place of the stand-in and rename the placeholder declaration to the kernel's symbol.
-  The module is then linked and optimised exactly as with a direct call, and the kernel's linkable
-  module comes from the cache whichever process compiled it: the same bits either way.
+  of a compile that fails surfaces here), check its return type against the prediction, and define
+  the placeholder, process-wide, as the address of the kernel's own machine code (:class:`External`,
+  which the library's ``reload_init`` also runs when numba loads it from its cache). The kernel is
+  not linked into the caller and optimised there again, in every entry and part that calls it; every
+  process calls the same cached code whichever process compiled it. ``PMFAST_DEFERRED_LINK=1``
+  links it instead (its library in place of the stand-in, the placeholder renamed to its symbol).
 
 :func:`install` patches numba's ``CPUCodeLibrary.finalize`` to call :func:`resolve` first, only
 for libraries with pending placeholders (one ``__dict__`` lookup otherwise).
@@ -328,15 +330,30 @@ def _lower_call(deferred: Deferred, context, builder, sig, args):
 def resolve(library) -> None:
     """Resolve ``library``'s placeholders (see the module docstring); call before it is finalised.
 
-    For each: the callee's compile result (waiting for its child), its library in place of the
-    stand-in among ``library``'s linking libraries, and the placeholder declaration renamed to the
-    callee's symbol (or, if the module already declares that symbol, defined as an always-inlined
-    call of it).
+    For each: the callee's compile result (waiting for its child), then either
+
+    * **by symbol** (the default): the placeholder stays a declaration, defined process-wide as the
+      address of the callee's own machine code (:class:`External`, also run when the library is
+      loaded from numba's cache, before its object code is linked). The callee is not linked into
+      ``library`` and optimised there again (bayesian_var_ireland's entry linked ~14k LLVM
+      instructions of linear algebra and kernels: ~3 CPU s of its 12). Every process calls the same
+      cached code, so the values don't depend on which process compiled what.
+    * **linked** (``PMFAST_DEFERRED_LINK=1``): its library in place of the stand-in among
+      ``library``'s linking libraries, and the placeholder declaration renamed to the callee's
+      symbol (or, if the module already declares that symbol, defined as an always-inlined call of
+      it).
     """
     pending = library.__dict__.pop(PENDING, None)
     if not pending:
         return
+    link = os.environ.get("PMFAST_DEFERRED_LINK", "0") == "1"
     for name, p in pending.items():
+        if not link:
+            external = External(p.deferred, p.argtypes)
+            external()
+            library._linking_libraries[:] = [lib for lib in library._linking_libraries if lib is not p.stub]
+            library._reload_init.add(external)
+            continue
         cres = p.deferred.result(p.argtypes)
         cres.library._ensure_finalized()
         library._linking_libraries[:] = [cres.library if lib is p.stub else lib for lib in library._linking_libraries]
@@ -351,6 +368,43 @@ def resolve(library) -> None:
             if fn.name == target:
                 continue
         _define_forwarder(library, cres, name, target)
+
+
+class External:
+    """Defines a placeholder symbol as the address of the deferred callee's compiled code.
+
+    Called when a library calling it is finalised, and (a member of the library's ``reload_init``,
+    pickled with its cache entry) whenever numba loads that library, or a library that linked it,
+    from its cache, before the object code is linked: the callee is compiled or loaded from the
+    cache first, so the symbol is defined before any code that calls it is. LLVM keeps one symbol
+    table per process; the name (:meth:`Deferred.placeholder`: the callee's cache key, argument and
+    return types) always stands for the same code, so defining it again is harmless.
+    """
+
+    __slots__ = ("deferred", "argtypes", "name")
+
+    def __init__(self, deferred: Deferred, argtypes: tuple):
+        self.deferred, self.argtypes = deferred, tuple(argtypes)
+        self.name = deferred.placeholder(self.argtypes)
+
+    def __reduce__(self):
+        return External, (self.deferred, self.argtypes)
+
+    def __eq__(self, other):
+        return isinstance(other, External) and other.name == self.name
+
+    def __hash__(self):
+        return hash(self.name)
+
+    def __call__(self) -> None:
+        import llvmlite.binding as ll
+
+        cres = self.deferred.result(self.argtypes)
+        address = cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
+        if not address:
+            raise RuntimeError(f"pmfast: no machine code for {cres.fndesc.llvm_func_name} ({self.deferred!r})")
+        if ll.address_of_symbol(self.name) != address:
+            ll.add_symbol(self.name, address)
 
 
 def _has_function(module, name: str) -> bool:
