@@ -64,6 +64,16 @@ def test_excludes_the_stock_rewrite_only_when_selected():
     assert "local_subtensor_merge" not in pmfast.get_mode("none").provided_optimizer.exclude
 
 
+@pytest.mark.parametrize("dtype", ["int8", "int64"])
+def test_static_length_one_reversed_slice(dtype):
+    """``x[1::-1][0]`` with ``x`` of static length 1 is ``x[0]``: stock merges before it squeezes the
+    broadcastable index, and so must the pass (squeezed first, pytensor's ``local_dimshuffle_subtensor``
+    made it ``x[1]``: an IndexError)."""
+    x = pt.vector("x", shape=(1,))
+    f = pytensor.function([x], _index(x[1::-1], 0, dtype), mode=_py_mode(["index_dtypes"]))
+    assert f(np.array([7.0])) == 7.0
+
+
 @st.composite
 def _chains(draw):
     n = draw(st.integers(0, 300))

@@ -17,6 +17,14 @@ by pytensor's own code. It runs inside ``canonicalize`` and ``specialize``, wher
 the stock rewrite runs, because the chains form there (a Reshape between the
 two Subtensors is removed by canonicalize).
 
+Registered there, it comes after every stock rewrite of those databases, and so
+after ``local_subtensor_remove_broadcastable_index``, which stock tries after the
+merge: on ``x[1::-1][0]`` with ``x`` of static length 1 that rewrite made a
+Squeeze of the slice, which pytensor 2.38.3's ``local_dimshuffle_subtensor``
+turns into ``x[1]`` (an IndexError where numpy gives ``x[0]``; stock never gets
+there, the merge comes first). The pass therefore stands in for that rewrite too
+and calls it right after its own merge, the stock order.
+
 Why it is safe: a basic index's meaning is its value; the value is unchanged
 and fits int64, and the output type does not depend on index dtypes. The merge
 itself is pytensor's.
@@ -29,7 +37,7 @@ import pytensor.scalar as ps
 from pytensor.graph.basic import Constant
 from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.tensor.basic import ScalarFromTensor
-from pytensor.tensor.rewriting.subtensor import local_subtensor_merge
+from pytensor.tensor.rewriting.subtensor import local_subtensor_merge, local_subtensor_remove_broadcastable_index
 from pytensor.tensor.subtensor import Subtensor
 
 from pmfast.passes.registry import record, register_pass
@@ -81,7 +89,15 @@ def merge_subtensors(fgraph, node):
     return merged
 
 
+@node_rewriter([Subtensor])
+def remove_broadcastable_index(fgraph, node):
+    """pytensor's ``local_subtensor_remove_broadcastable_index``, tried after :func:`merge_subtensors` as stock
+    tries it after its merge (see the module docstring)."""
+    return local_subtensor_remove_broadcastable_index.transform(fgraph, node)
+
+
 index_dtypes_pass = register_pass(PASS_NAME, "x[a:b][i] merged with int64 indices (pytensor's merge overflows on int8 ones)")
-index_dtypes_pass.replaces = ("local_subtensor_merge",)
+index_dtypes_pass.replaces = ("local_subtensor_merge", "local_subtensor_remove_broadcastable_index")
 for _database in ("canonicalize", "specialize"):
     index_dtypes_pass.register_in(_database, merge_subtensors, name=f"merge_subtensors_{_database}")
+    index_dtypes_pass.register_in(_database, remove_broadcastable_index, name=f"remove_broadcastable_index_{_database}")
