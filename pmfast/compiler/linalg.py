@@ -211,9 +211,7 @@ def _cholesky(a, lower, overwrite):
                 if (j > i) if lower else (j < i):
                     w[i, j] = 0.0
     if lapack.call("potrf", (_U if lower else _L, n, w, n)) != 0:
-        for i in range(n):
-            for j in range(n):
-                w[i, j] = np.nan
+        _nan_fill2(w)
     return w
 
 
@@ -301,9 +299,7 @@ def _lu_factor(a, overwrite):
     for i in range(nn):
         piv[i] -= 1
     if info != 0:
-        for j in range(nn):
-            for i in range(mm):
-                w[i, j] = np.nan
+        _nan_fill2(w)
     return w, piv
 
 
