@@ -31,7 +31,7 @@ def test_read_junit_outcomes_and_crash(tmp_path):
     assert {t: c.outcome for t, c in found.items()} == {
         "m::ok": "passed", "m::bad": "failed", "m::err": "error", "m::skip": "skipped", "m::died": "crashed"}
     assert found["m::bad"].message == "assert 12 == 3"
-    assert owner_junit.counts(found) == {"passed": 1, "failed": 1, "error": 1, "crashed": 1, "skipped": 1}
+    assert owner_junit.counts(found) == {"passed": 1, "failed": 1, "error": 1, "crashed": 1, "timeout": 0, "skipped": 1}
 
 
 def test_progress_file_marks_the_unfinished_test_crashed(tmp_path):
@@ -39,6 +39,15 @@ def test_progress_file_marks_the_unfinished_test_crashed(tmp_path):
     path.write_text("start\tm::a\ndone\tm::a\tpassed\t\nstart\tm::b\n")
     found = owner_junit.read_progress(path)
     assert found["m::a"].outcome == "passed" and found["m::b"].outcome == "crashed"
+
+
+def test_a_timed_out_pytest_process_reports_timeout_not_crash(tmp_path):
+    (tmp_path / "test_t.py").write_text("import time\n\ndef test_a():\n    pass\n\ndef test_b():\n    time.sleep(60)\n")
+    found, seconds, _ = owner_junit.run_pytest(["-p", "no:xdist", "test_t.py"], tmp_path, {}, timeout=20.0)
+    assert seconds < 50
+    assert found["test_t::test_a"].outcome == "passed"
+    assert found["test_t::test_b"].outcome == "timeout" and found["<timeout>"].outcome == "timeout"
+    assert not any(c.outcome == "crashed" for c in found.values())
 
 
 def test_only_bad_ignores_failures_stock_shares_and_counts_new_ones(tmp_path):

@@ -4,8 +4,9 @@ Outcomes come from pytest's junit XML: ``passed``, ``failed``, ``error``, ``skip
 ``crashed`` for a test whose pytest-xdist worker died under it (an LLVM abort: xdist reports
 ``worker 'gw0' crashed while running '<id>'``). When the XML is missing (the whole pytest process
 died, or timed out), the outcomes come from the progress file that ``owner_plugin`` writes as
-tests finish, a test started but never finished showing as ``crashed``; a process that left
-neither shows as the single id ``<crash>``.
+tests finish, a test started but never finished showing as ``crashed`` (``timeout`` when the
+process was stopped for its time limit: the tests it had not reached are then missing from the
+counts); a process that left neither shows as the single id ``<crash>``.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 #: junit XML child tags of a test case, and the outcome each means (first match wins)
 JUNIT_OUTCOMES = (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
-BAD = frozenset({"failed", "error", "crashed"})
-LABELS = ("passed", "failed", "error", "crashed", "skipped")
+BAD = frozenset({"failed", "error", "crashed", "timeout"})
+LABELS = ("passed", "failed", "error", "crashed", "timeout", "skipped")
 CRASH_MARK = "crashed while running"
 
 
@@ -63,7 +64,7 @@ def outcomes(xml_path: Path) -> dict[str, str]:
 
 def rank(outcome: str) -> int:
     """Severity order of outcomes, so that a test's worst phase (call, teardown) is the one kept."""
-    return ("passed", "skipped", "failed", "error", "crashed").index(outcome) if outcome in LABELS else 5
+    return ("passed", "skipped", "failed", "error", "timeout", "crashed").index(outcome) if outcome in LABELS else 6
 
 
 def first_line(message: str, width: int = 240) -> str:
@@ -71,16 +72,19 @@ def first_line(message: str, width: int = 240) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def read_progress(path: Path) -> dict[str, Case]:
+def read_progress(path: Path, timed_out: bool = False) -> dict[str, Case]:
     """Outcomes from ``owner_plugin``'s progress file: ``start``/``done`` lines, tab-separated.
 
-    A test id is the junit one (``classname::name``); started and not done means crashed.
+    A test id is the junit one (``classname::name``); started and not done means crashed, or
+    ``timeout`` if the process was stopped for its time limit.
     """
+    unfinished = (Case("timeout", "the pytest process reached its time limit while running it") if timed_out
+                  else Case("crashed", "process died while running it"))
     result: dict[str, Case] = {}
     for line in path.read_text().splitlines():
         kind, tid, *rest = line.split("\t")
         if kind == "start":
-            result.setdefault(tid, Case("crashed", "process died while running it"))
+            result.setdefault(tid, unfinished)
         elif kind == "done":
             result[tid] = Case(rest[0], rest[1] if len(rest) > 1 else "")
     return result
@@ -100,20 +104,23 @@ def run_pytest(args: list[str], cwd: Path, env: dict[str, str], timeout: float) 
         env["PMFAST_OWNER_PROGRESS"] = str(progress)
         cmd = [sys.executable, "-m", "pytest", "-q", "-p", "owner_plugin", "-p", "no:cacheprovider",
                f"--junitxml={xml}", *args]
-        start = time.perf_counter()
+        start, timed_out = time.perf_counter(), False
         try:
             proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
             code, tail = proc.returncode, (proc.stdout + proc.stderr)[-3000:]
         except subprocess.TimeoutExpired as exc:
             code, tail = -9, f"timeout after {timeout} s: {str(exc.stdout or '')[-2000:]}"
+            timed_out = True
         seconds = time.perf_counter() - start
-        if xml.exists():
+        if xml.exists() and not timed_out:
             found = read_junit(xml)
         elif progress.exists():
-            found = read_progress(progress)
+            found = read_progress(progress, timed_out)
         else:
             found = {}
-    if code not in (0, 1, 5) and not any(c.outcome == "crashed" for c in found.values()):
+    if timed_out:
+        found["<timeout>"] = Case("timeout", f"stopped after {timeout:.0f} s (--timeout): tests it had not reached did not run")
+    elif code not in (0, 1, 5) and not any(c.outcome == "crashed" for c in found.values()):
         found["<crash>"] = Case("crashed", f"pytest exit {code}")
     return found, seconds, tail
 

@@ -130,7 +130,7 @@ def main(argv=None) -> int:
     parser.add_argument("owner", choices=["numba", "pytensor", "numba-suite"])
     parser.add_argument("--checkout", type=Path, help="pytensor checkout (tests/ and conftest.py at rel-2.38.3)")
     parser.add_argument("--modules", nargs="*", help="numba test modules or pytensor test paths (default: all listed)")
-    parser.add_argument("--timeout", type=float, default=1800.0, help="seconds per pytest process")
+    parser.add_argument("--timeout", type=float, default=7200.0, help="seconds per pytest process (a whole way of the numba suite takes ~30 min on a loaded 2-core machine)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--compiled-only", action="store_true", help="numba-suite: no pure-python evaluation (eval_obj_mode off)")
     parser.add_argument("-n", "--workers", type=int, default=2, help="numba-suite: pytest-xdist workers (0: none)")
