@@ -558,10 +558,14 @@ def _same_float(node) -> str | None:
 def funcify(op, node):
     """``(numba function, cache key)`` of pmfast's implementation of ``node``, or None (pytensor's)."""
     from pmfast.compiler.pure import jit_off
-    from pytensor.tensor.slinalg import Cholesky, CholeskySolve, LUFactor, Solve, SolveTriangular
+    from pytensor.tensor.slinalg import Cholesky, CholeskySolve, LUFactor, PivotToPermutations, Solve, SolveTriangular
 
     if jit_off():
         return None
+    if type(op) is PivotToPermutations:
+        from pmfast.compiler import sort
+
+        return sort.funcify_pivots(op, node)
     if type(op) is LUFactor:
         a, (lu, _) = node.inputs[0], node.outputs
         if a.type.dtype not in _DTYPES or lu.type.dtype != a.type.dtype:
