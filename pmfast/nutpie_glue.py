@@ -250,7 +250,8 @@ def _compile_numba(
     }
     # a forked process (the other core) compiles the expand entry and the logp+grad entry's parts
     # while this one compiles the logp+grad entry (a whole one) or its parts too, each taking the next
-    # as it is done; this one then loads what the other compiled (compiler.handover)
+    # as it is done, and the deferred callees this one sends it; this one then loads what the other
+    # compiled (compiler.handover)
     expand, logp = prepared["expand"], prepared["logp"]
     entries = {}
 
@@ -259,10 +260,15 @@ def _compile_numba(
 
     with timed("numba: logp+grad kernel") as t:
         worker = handover.share(handover.jobs(logp, expand) if logp.parts else handover.jobs(expand), None if logp.parts else compile_logp)
-        if worker is not None and logp.parts:
-            worker.finish()
-        if "logp" not in entries:
-            entries["logp"] = logp.compile()
+        try:
+            if worker is not None and logp.parts:
+                worker.finish()
+            if "logp" not in entries:
+                entries["logp"] = logp.compile()
+        except BaseException:
+            if worker is not None:
+                worker.finish()
+            raise
         shared = f" ({len(logp.parts)} parts, with a worker)" if worker and logp.parts else f" ({len(logp.parts)} parts)" if logp.parts else ""
         t.rename("numba: logp+grad kernel" + (" (cached)" if entries["logp"].cache_hit else "") + shared)
     with timed("numba: expand kernel") as t:

@@ -130,3 +130,26 @@ def test_argsort_of_a_vector_equal_stock_with_ties():
         iv = rng.permutation(n)
         for a, b in zip(ours(xv, iv), stock(xv, iv), strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_pivots_to_permutation_equal_stock_without_a_sort():
+    """PivotToPermutations: pytensor's swaps, then (not ``inverse``) the inverse permutation by a scatter
+    instead of numba's argsort: equal to stock for getrf's pivots and for any in-range pivots."""
+    from pytensor.tensor.slinalg import PivotToPermutations
+
+    from pmfast.compiler import sort
+
+    p = pt.ivector("p")
+    outs = [PivotToPermutations(inverse=False)(p), PivotToPermutations(inverse=True)(p)]
+    ours = pytensor.function([p], outs, mode=pmfast.get_mode())
+    stock = pytensor.function([p], outs, mode="NUMBA")
+    nodes = [n for n in ours.maker.fgraph.toposort() if isinstance(n.op, PivotToPermutations)]
+    assert len(nodes) == 2 and all(sort.funcify_pivots(n.op, n) is not None for n in nodes)
+    rng = np.random.default_rng(4)
+    for n in (0, 1, 2, 9, 50):
+        getrf = np.array([rng.integers(i, n) for i in range(n)], dtype=np.int32)  # row i swapped with a row >= i
+        anywhere = rng.integers(-n, n, size=n).astype(np.int32) if n else np.zeros(0, np.int32)
+        for piv in (getrf, anywhere):
+            for a, b in zip(ours(piv), stock(piv), strict=True):
+                np.testing.assert_array_equal(a, b)
+                assert a.dtype == b.dtype

@@ -1,4 +1,4 @@
-"""pmfast.compiler.linalg: Cholesky, SolveTriangular, CholeskySolve and matrix Dot by LAPACK/BLAS.
+"""pmfast.compiler.linalg: Cholesky, SolveTriangular, CholeskySolve, general Solve and matrix Dot by LAPACK/BLAS.
 
 Each lowering against scipy (direct calls of the generated functions, every memory layout) and
 against stock pytensor NUMBA (compiled graphs: values, NaN on failure, the same errors).
@@ -15,7 +15,7 @@ import scipy.linalg as sl
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pytensor.tensor.math import Dot
-from pytensor.tensor.slinalg import Cholesky, CholeskySolve, SolveTriangular
+from pytensor.tensor.slinalg import Cholesky, CholeskySolve, Solve, SolveTriangular
 
 import pmfast
 from pmfast import compiler
@@ -81,6 +81,8 @@ CHOLESKY_PROPS = [(True, False, "float64"), (False, True, "float64"), (True, Tru
 TRIANGULAR_PROPS = [(True, False, 2, False, "float64"), (False, True, 1, True, "float64"), (True, True, 1, False, "float64"),
                     (False, False, 2, True, "float64"), (True, False, 2, False, "float32")]
 CHO_SOLVE_PROPS = [(True, 2, "float64"), (False, 1, "float64"), (False, 2, "float32")]
+# (overwrite_a, overwrite_b, b_ndim, dtype)
+SOLVE_PROPS = [(False, False, 2, "float64"), (True, False, 2, "float64"), (False, True, 1, "float64"), (True, False, 1, "float32")]
 
 
 @settings(max_examples=40, deadline=None)
@@ -157,6 +159,36 @@ def test_solve_triangular_singular_and_shape_errors_as_stock():
         f(np.ones((3, 2)), np.ones((3, 2)))
     assert f(np.eye(3), np.ones((3, 0))).shape == (3, 0)
 
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(0, 9), k=st.integers(0, 4), props=st.sampled_from(SOLVE_PROPS), seed=st.integers(0, 2**16))
+def test_general_solve_matches_scipy_for_every_layout(n, k, props, seed):
+    overwrite_a, overwrite_b, b_ndim, dtype = props
+    f = _lowered(Solve(assume_a="gen", b_ndim=b_ndim, overwrite_a=overwrite_a, overwrite_b=overwrite_b), dtype, b_ndim)
+    rng = np.random.default_rng(seed)
+    a = (rng.normal(size=(n, n)) + n * np.eye(n)).astype(dtype)
+    b = rng.normal(size=(n, k) if b_ndim == 2 else n).astype(dtype)
+    ref = sl.solve(a, b) if b.size else np.zeros(b.shape, dtype)
+    for x, rhs in _layout_pairs(a, b):
+        got = f(x.copy(order="K"), rhs.copy(order="K"))
+        np.testing.assert_allclose(got, ref, **_tol(dtype))
+        assert got.shape == b.shape and got.dtype == dtype
+
+
+def test_general_solve_singular_and_shape_errors_as_stock():
+    for b_ndim in (1, 2):
+        f = _lowered(Solve(assume_a="gen", b_ndim=b_ndim), "float64", b_ndim)
+        rhs = np.ones((3, 2)) if b_ndim == 2 else np.ones(3)
+        singular = np.ones((3, 3))
+        singular[2] = 0.0
+        assert np.isnan(f(singular, rhs)).all()
+        with pytest.raises(np.linalg.LinAlgError, match="do not conform"):
+            f(np.eye(3), rhs[:2])
+        with pytest.raises(np.linalg.LinAlgError, match="must be square"):
+            f(np.ones((3, 2)), rhs)
+        empty = np.ones((3, 0)) if b_ndim == 2 else np.ones(0)
+        assert f(np.ones((3, 2)), empty).shape == empty.shape  # an empty right-hand side is checked for nothing
 
 @settings(max_examples=30, deadline=None)
 @given(n=st.integers(0, 12), k=st.integers(0, 4), props=st.sampled_from(CHO_SOLVE_PROPS), seed=st.integers(0, 2**16))

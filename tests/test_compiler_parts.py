@@ -196,3 +196,20 @@ print(hashlib.sha256(np.float64(logp).tobytes() + grad.tobytes()).hexdigest(), "
         out[flag] = res.stdout.split()[-2:]
     assert out["1"][1] == "worker" and out["0"][1] == "alone"
     assert out["1"][0] == out["0"][0]
+
+
+def test_a_view_of_a_stack_slot_s_view_is_made_again_where_read():
+    """A dimshuffle of a scalar's stack-slot view is rebuilt by the part that reads it: returned across a
+    cut it pointed into the returning part's frame (lkj_mvnormal cut in two gave a wrong gradient)."""
+    import pytensor.tensor as pt
+
+    body = ["c_pm_view = _pm_store_cell(buf, 0, c)", "d = dimshuffle_1(c_pm_view)", "e = elemwise(d, x)", "g = dimshuffle_2(e)"]
+    c, x = pt.dscalar("c"), pt.dvector("x")
+    d = c.dimshuffle("x")
+    e = d * x
+    var_of = {"d": d, "e": e, "g": e.dimshuffle(0, "x")}
+    makers = parts._view_makers(body)
+    assert set(makers) == {"c_pm_view"}
+    views = parts._input_views([parts._assign(s) for s in body], body, var_of, {"x"}, set(makers))
+    assert set(views) == {"d"}  # e computes (no view), so g views a computed value: it crosses
+    assert views["d"][2] == ("c_pm_view",)

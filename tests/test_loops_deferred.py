@@ -381,3 +381,69 @@ def test_every_zoo_kernel_returns_what_was_predicted(name):
         kernel = loop_fn.py_func.__globals__["indexed_elemwise_loop_kernel"]
         assert isinstance(kernel, deferred.Deferred)
         assert all(c.signature.return_type == kernel.restype for c in kernel.dispatcher.overloads.values())
+
+
+def _handover_with(monkeypatch, busy: float, first):
+    """Run ``first`` in this process while a handover worker (pmfast.compiler.handover.share) takes one
+    job that keeps it busy ``busy`` seconds; returns the forks made (the spy's list)."""
+    import time
+
+    from pmfast.compiler import handover
+
+    if not hasattr(os, "fork"):
+        pytest.skip("no fork on this platform")
+    monkeypatch.setattr(parallel, "enabled", lambda: True)  # earlier tests may leave threads running
+    forks = _spy_forks(monkeypatch)
+    idle = numba.njit(lambda x: x)
+    worker = handover.share([handover.Job(1, idle, (types.float64,), lambda: time.sleep(busy))], first=first)
+    assert worker is not None and handover.sharing()
+    worker.finish()
+    assert not handover.sharing() and deferred._Worker.current is None
+    return forks
+
+
+def test_the_handover_worker_takes_deferred_compiles(monkeypatch):
+    """While a handover worker shares the compile, a typed deferred call is sent to it, not to a third
+    process; compiled there, this process loads it from numba's cache."""
+    import time
+
+    k = _fresh_kernel()
+    sig = (types.int64, types.int64, types.float64[::1])
+
+    @numba.njit
+    def caller(a):
+        return k(0, a.size, a)[0]
+
+    def first():
+        k.request(sig)
+        time.sleep(1.0)  # the idle worker takes it meanwhile
+        assert caller(np.arange(5.0)) == 10.0
+
+    forks = _handover_with(monkeypatch, 0.0, first)
+    assert len(forks) == 1  # the handover worker only
+    assert k.dispatcher.stats.cache_hits[sig] == 1 and not k.dispatcher.stats.cache_misses[sig]
+
+
+def test_a_busy_worker_s_deferred_compile_is_taken_back(monkeypatch):
+    """A request the worker has not started when this process needs it is compiled here (claimed):
+    this process does not wait for the worker's part; the worker then skips it."""
+    import time
+
+    k = _fresh_kernel()
+    sig = (types.int64, types.int64, types.float64[::1])
+
+    @numba.njit
+    def caller(a):
+        return k(0, a.size, a)[0]
+
+    t0 = []
+
+    def first():
+        t0.append(time.monotonic())
+        assert caller(np.arange(6.0)) == 15.0
+        t0.append(time.monotonic())
+
+    forks = _handover_with(monkeypatch, 4.0, first)
+    assert len(forks) == 1
+    assert k.dispatcher.stats.cache_misses[sig] == 1  # compiled here
+    assert t0[1] - t0[0] < 3.5  # not after the worker's 4 s job

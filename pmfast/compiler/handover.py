@@ -12,6 +12,17 @@ was valid in the worker, a fork of this process; it is valid here when it points
 file mapped at the same place, which :func:`_where` checks for each of them (an address into
 anonymous memory, or memory mapped after the fork, is refused: the function is compiled here).
 
+**Deferred callees in the same queue** (:mod:`pmfast.loops.deferred`: chunked kernels, linear
+algebra). While a worker shares the compile, it is also the one that takes this process's deferred
+compiles: a call typed here is sent to it (:func:`request`, a second pipe) instead of to a third
+process, which on two cores took the core from the worker and this process, and this process waited
+for it at each resolution. The worker takes requests before its next job. Each deferred compile is
+*claimed* by the process that starts it (:func:`obtain`: a file created exclusively in the shared
+directory), so each is compiled once: the process that needs one the worker has not taken (it is
+busy with a part) takes it back and compiles it here; one the other process is compiling is waited
+for and then loaded from numba's cache. A claimant compiles nothing that waits on the other process,
+so neither can wait on the other forever.
+
 Where a function is compiled never changes its code (the same source, types and flags give the
 same object code), so the bits of a model's results don't depend on the worker. Without a fork
 (``PMFAST_PARALLEL_COMPILE=0``, threads, no ``fork``), everything is compiled here.
@@ -22,6 +33,7 @@ from __future__ import annotations
 import os
 import pickle
 import logging
+import select
 import shutil
 import time
 import tempfile
@@ -31,6 +43,13 @@ log = logging.getLogger("pmfast.compiler")
 
 #: Most jobs handed out (one byte each).
 MAX_JOBS = 255
+
+#: While a worker shares the compile: the directory of claims (in both processes) and, in this
+#: process, the worker (:func:`request` writes to it).
+_claims: str | None = None
+_active: Shared | None = None
+#: The process that forked the worker (in the worker: its parent is gone if this changes).
+_parent: int | None = None
 
 
 @dataclass
@@ -115,11 +134,108 @@ def adopt(job: Job, path: str) -> bool:
     return True
 
 
-def _drain(r: int, todo: list[Job], outdir: str | None) -> None:
+def sharing() -> bool:
+    """Whether a worker of :func:`share` compiles beside this process (or this is that worker)."""
+    return _claims is not None
+
+
+def request(name: str, payload: bytes) -> None:
+    """Hand the deferred compile ``name`` (``payload``: pickled ``(key, argtypes)``) to the worker, which
+    takes it before its next job (once; nothing if there is no worker or the message would not be
+    written whole: this process compiles it when it needs it, :func:`obtain`)."""
+    worker = _active
+    data = len(payload).to_bytes(4, "little") + payload
+    if worker is None or worker.req_w is None or name in worker.sent or len(data) > select.PIPE_BUF:
+        return
+    try:
+        os.write(worker.req_w, data)  # non-blocking, at most PIPE_BUF bytes: all or nothing
+    except OSError:
+        return
+    worker.sent.add(name)
+
+
+def obtain(name: str, compile_fn, needed: bool = True) -> None:
+    """Compile a deferred function (``compile_fn``) once between the two processes: claim ``name`` and
+    compile it here, or (if ``needed`` here) wait until the process that claimed it is done and then
+    call ``compile_fn`` (a load from numba's cache, or a compile if that failed or left nothing cached)."""
+    where = _claims
+    if where is None:
+        return compile_fn()
+    try:
+        os.close(os.open(os.path.join(where, "claim-" + name), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        if not needed:
+            return None
+        _wait_done(os.path.join(where, "done-" + name))
+    except OSError:
+        pass
+    else:
+        try:
+            return compile_fn()
+        finally:
+            try:
+                os.close(os.open(os.path.join(where, "done-" + name), os.O_CREAT | os.O_WRONLY))
+            except OSError:
+                pass
+    return compile_fn()
+
+
+def _wait_done(path: str) -> None:
+    """Until ``path`` exists, the other process is gone, or :data:`parallel.TIMEOUT` passes."""
+    from pmfast.compiler import parallel
+
+    deadline = time.monotonic() + parallel.TIMEOUT
+    parent = _parent
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        if _active is not None and _active.child.poll():
+            return
+        if _active is None and parent is not None and os.getppid() != parent:
+            return
+        time.sleep(0.002)
+
+
+def _take_requests(fd: int, buffer: bytearray, pending: list, block: bool) -> bool:
+    """Move the whole requests readable on ``fd`` into ``pending`` (waiting for one if ``block``); False at end of file."""
+    while True:
+        readable, _, _ = select.select([fd], [], [], None if block else 0)
+        if not readable:
+            return True
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            return False
+        buffer += chunk
+        while len(buffer) >= 4 and len(buffer) >= 4 + (size := int.from_bytes(buffer[:4], "little")):
+            pending.append(bytes(buffer[4 : 4 + size]))
+            del buffer[: 4 + size]
+        block = False
+
+
+def _work(r: int, req_r: int, req_w: int, todo: list[Job], outdir: str) -> None:
+    """The worker (in the child): deferred compiles this process was sent, then the next job from
+    pipe ``r`` (:func:`_drain`'s, one at a time); when the jobs are gone, requests until the parent
+    closes their pipe."""
+    from pmfast.loops import deferred
+
+    os.close(req_w)  # the parent's end: the pipe ends when the parent closes it
+    buffer, pending, jobs_left, more = bytearray(), [], True, True
+    while True:
+        if more:
+            more = _take_requests(req_r, buffer, pending, block=not jobs_left and not pending)
+        if pending:
+            deferred.serve(pending.pop(0))
+            continue
+        if jobs_left:
+            jobs_left = _drain(r, todo, outdir, once=True)
+            continue
+        if not more:
+            return
+
+
+def _drain(r: int, todo: list[Job], outdir: str | None, once: bool = False) -> bool:
     """Compile the jobs whose numbers this process reads from pipe ``r`` until it is empty (one byte
-    each: both processes read the same pipe, so each job is taken once). The worker (``outdir``)
-    writes each result there (unless numba's cache holds it). A job's error is left to whoever
-    compiles it again where it's needed."""
+    each: both processes read the same pipe, so each job is taken once), or only the next one
+    (``once``); False when none was left. The worker (``outdir``) writes each result there (unless
+    numba's cache holds it). A job's error is left to whoever compiles it again where it's needed."""
     from pmfast.compiler import cache
 
     while job := os.read(r, 1):
@@ -132,14 +248,18 @@ def _drain(r: int, todo: list[Job], outdir: str | None) -> None:
         except Exception:
             pass
         log.debug("pmfast: %s compiled job %d (weight %d) in %.2f CPU s", "the worker" if outdir else "this process", i, todo[i].weight, time.process_time() - t0)
+        if once:
+            return True
+    return False
 
 
 class Shared:
     """The worker of :func:`share`: :meth:`finish` waits for it and adopts what it compiled."""
 
-    def __init__(self, child, todo: list[Job], outdir: str):
-        self.child, self.todo, self.outdir = child, todo, outdir
+    def __init__(self, child, todo: list[Job], outdir: str, req_w: int | None = None):
+        self.child, self.todo, self.outdir, self.req_w = child, todo, outdir, req_w
         self.adopted = 0
+        self.sent: set[str] = set()
         self.cpu_seconds = 0.0
         self._done = False
 
@@ -148,9 +268,13 @@ class Shared:
         this process loads from the cache, as any cached function)."""
         from pmfast.compiler import cache
 
+        global _active, _claims
         if self._done:
             return
         self._done = True
+        if self.req_w is not None:
+            os.close(self.req_w)  # the worker leaves once it has no job and no request left
+            self.req_w = None
         try:
             self.child.wait()
             self.cpu_seconds = self.child.cpu_seconds
@@ -160,6 +284,8 @@ class Shared:
                     continue
                 self.adopted += adopt(job, path)
         finally:
+            if _active is self:
+                _active, _claims = None, None
             shutil.rmtree(self.outdir, ignore_errors=True)
 
 
@@ -172,17 +298,34 @@ def share(todo: list[Job], first=None) -> Shared | None:
 
     from pmfast.compiler import parallel
 
+    global _active, _claims, _parent
     r, w = os.pipe()
     os.write(w, bytes(range(len(todo))))
     os.close(w)
     outdir = tempfile.mkdtemp(prefix="pmfast-handover-") if len(todo) > (first is None) else None
-    child = parallel.fork(partial(_drain, r, todo, outdir)) if outdir is not None else None
+    child = None
+    if outdir is not None and _claims is None:
+        req_r, req_w = os.pipe()
+        _claims, _parent = outdir, os.getpid()
+        child = parallel.fork(partial(_work, r, req_r, req_w, todo, outdir))
+        os.close(req_r)
+        if child is None:
+            os.close(req_w)
+            _claims = None
+        else:
+            os.set_blocking(req_w, False)
+            _active = Shared(child, todo, outdir, req_w)
     if child is None and outdir is not None:
         shutil.rmtree(outdir, ignore_errors=True)
+    worker = _active if child is not None else None
     try:
         if first is not None:
             first()
         _drain(r, todo, None)
+    except BaseException:
+        if worker is not None:
+            worker.finish()
+        raise
     finally:
         os.close(r)
-    return None if child is None else Shared(child, todo, outdir)
+    return worker

@@ -48,6 +48,7 @@ ROUTINES = {
     "potrf": ("lapack", "cipi"),  # uplo, n, a, lda
     "trtri": ("lapack", "ccipi"),  # uplo, diag, n, a, lda
     "getrf": ("lapack", "iipiq"),  # m, n, a, lda, ipiv
+    "getrs": ("lapack", "ciipiqpi"),  # trans, n, nrhs, a, lda, ipiv, b, ldb
 }
 _KINDS = {types.float64: "d", types.float32: "s"}
 

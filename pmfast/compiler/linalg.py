@@ -1,7 +1,7 @@
 """pmfast's numba implementations of pytensor's dense linear-algebra ops: LAPACK/BLAS called directly.
 
-pytensor 2.38.3 implements ``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``
-and the matrix ``Dot`` through numba ``@overload``s of scipy's functions (``_cholesky``,
+pytensor 2.38.3 implements ``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``,
+the general ``Solve`` and the matrix ``Dot`` through numba ``@overload``s of scipy's functions (``_cholesky``,
 ``_solve_triangular``…), numba's ``np.dot`` and object-mode pointer lookups: about fifteen
 numba functions per model compiled in every process (overloads are never cached), ~4-5 CPU s
 of a marginal GP's cold compile, and at run time copies to Fortran order of every right-hand
@@ -11,8 +11,8 @@ props as run-time flags (:func:`jitted`): numba compiles and caches it once per 
 for every props and model, and the implementations share their pieces (layout views, copies,
 the triangular solves). BLAS/LAPACK is called through :func:`pmfast.compiler.lapack.call`.
 
-**Layout.** Every result is a new C-contiguous array; ``LUFactor``'s is Fortran-ordered, as LAPACK
-writes it. **Destroyed inputs** follow stock's rules: an op whose ``overwrite_*`` prop is set (pytensor's
+**Layout.** Every result is a new C-contiguous array; ``LUFactor``'s and a general ``Solve``'s
+with a matrix right-hand side are Fortran-ordered, as LAPACK writes them (and stock returns them). **Destroyed inputs** follow stock's rules: an op whose ``overwrite_*`` prop is set (pytensor's
 inplace rewrites set it where the input is not needed afterwards) works in the input's memory when
 stock's does — ``Cholesky`` on a C- or F-contiguous input, the solves on an F-contiguous right-hand
 side (a vector, a single column), ``LUFactor`` on an F-contiguous input — and copies otherwise. An
@@ -51,7 +51,7 @@ from scipy.linalg import LinAlgError
 from pmfast.compiler import arrays, lapack, native
 
 #: Bump when an implementation here changes (part of its cache key, with this module's and lapack's source).
-VERSION = 4
+VERSION = 5
 
 _DTYPES = ("float64", "float32")
 
@@ -303,6 +303,68 @@ def _lu_factor(a, overwrite):
     return w, piv
 
 
+def _lu_general(a, overwrite):
+    """``getrf`` of ``a`` as stock's general ``Solve`` does it: ``(w, ipiv, trans, info)``, ``w`` the
+    packed LU (Fortran order) and ``trans`` whether it factors ``Aᵀ``. A destroyable C-contiguous ``a``
+    is factored in its memory read as Fortran (``Aᵀ``, solved transposed), an F-contiguous one as is;
+    anything else on a Fortran copy."""
+    n = a.shape[0]
+    la = lapack.layout(a)
+    trans = False
+    if overwrite and la == 1:
+        w = lapack.c_view(a).T
+        trans = True
+    elif overwrite and la == 2:
+        w = lapack.c_view(a.T).T
+    else:
+        w = native.empty((n, n), a.dtype).T
+        for j in range(n):
+            for i in range(n):
+                w[i, j] = a[i, j]
+    piv = native.empty(n, np.int32)
+    info = lapack.call("getrf", (n, n, w, n, piv))
+    return w, piv, trans, info
+
+
+def _solve_general2(a, b, overwrite_a, overwrite_b):
+    """pytensor's ``Solve`` (``assume_a="gen"``, ``b_ndim=2``): ``getrf`` + ``getrs`` as stock's, the
+    result Fortran-ordered as stock's (a destroyable F-contiguous ``b`` solved in its memory); all NaN
+    when a pivot is exactly zero."""
+    if b.size == 0:
+        return arrays.full3((b.shape[1], b.shape[0]), 0.0, b.dtype).T
+    _check_solve(a, b)
+    w, piv, trans, info = _lu_general(a, overwrite_a)
+    n, k = b.shape
+    if overwrite_b and lapack.layout(b.T) == 1:
+        x = lapack.c_view(b.T).T
+    else:
+        x = native.empty((k, n), b.dtype).T
+        for j in range(k):
+            for i in range(n):
+                x[i, j] = b[i, j]
+    if info != 0:
+        return _nan_fill2(x)
+    if lapack.call("getrs", (_T if trans else _N, n, k, w, n, piv, x, n)) != 0:
+        _nan_fill2(x)
+    return x
+
+
+def _solve_general1(a, b, overwrite_a, overwrite_b):
+    """``b_ndim=1``."""
+    if b.size == 0:
+        return arrays.full3(b.shape[0], 0.0, b.dtype)
+    _check_solve(a, b)
+    w, piv, trans, info = _lu_general(a, overwrite_a)
+    n = b.shape[0]
+    x = _c_copy1(b, overwrite_b)
+    if info == 0:
+        info = lapack.call("getrs", (_T if trans else _N, n, 1, w, n, piv, x, n))
+    if info != 0:
+        for i in range(n):
+            x[i] = np.nan
+    return x
+
+
 def _cholesky_grad(l, dz, lower):
     """pmfast's ``CholeskyGrad``: what pytensor's ``Cholesky.L_op`` builds, in one C buffer ``w``.
 
@@ -377,6 +439,8 @@ _OPS = {
     "solve_triangular1": (_solve_triangular1, "def solve_triangular(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}), _pm_b({2}))\n"),
     "cho_solve2": (_cho_solve2, "def cho_solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}), _pm_b(False))\n"),
     "cho_solve1": (_cho_solve1, "def cho_solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}))\n"),
+    "solve_general2": (_solve_general2, "def solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}))\n"),
+    "solve_general1": (_solve_general1, "def solve(a, b):\n    return _pm_impl(_pm_a(a), _pm_a(b), _pm_b({0}), _pm_b({1}))\n"),
     "lu_factor": (_lu_factor, "def lu_factor(a):\n    return _pm_impl(_pm_a(a), _pm_b({0}))\n"),
     "cholesky_grad": (_cholesky_grad, "def cholesky_grad(l, dz):\n    return _pm_impl(_pm_a(l), _pm_a(dz), _pm_b({0}))\n"),
     "dot": (_matmul, "def dot(x, y):\n    return _pm_impl(_pm_a(x), _pm_a(y))\n"),
@@ -391,7 +455,7 @@ _DESTROYING = {
     "cho_solve2": "def cho_solve(a, b):\n    return _pm_back(b, _pm_impl(_pm_a(a), _pm_a(_pm_ft(b)), _pm_b({0}), _pm_b(True), _pm_b(_pm_isf(b))))\n",
 }
 
-_SHARED = ("_c_matrix", "_c_copy2", "_c_copy1", "_check_solve", "_flags", "_tri_vec", "_tri_mat", "_tri_left", "_nan_fill2", "_has_zero_diagonal")
+_SHARED = ("_lu_general", "_c_matrix", "_c_copy2", "_c_copy1", "_check_solve", "_flags", "_tri_vec", "_tri_mat", "_tri_left", "_nan_fill2", "_has_zero_diagonal")
 _jitted: dict = {}
 
 
@@ -429,7 +493,12 @@ def jitted(name: str):
 
 #: The rank of each implementation's result (a C-contiguous array of the inputs' dtype); LUFactor's
 #: (a tuple with the pivots) is not predicted.
-_RESULT_NDIM = {"cholesky": 2, "solve_triangular2": 2, "solve_triangular1": 1, "cho_solve2": 2, "cho_solve1": 1, "cholesky_grad": 2, "dot": 2}
+_RESULT_NDIM = {
+    "cholesky": 2, "solve_triangular2": 2, "solve_triangular1": 1, "cho_solve2": 2, "cho_solve1": 1, "cholesky_grad": 2,
+    "dot": 2, "solve_general2": 2, "solve_general1": 1,
+}
+#: Results that are not C-contiguous: the general solve's, Fortran-ordered as stock's.
+_RESULT_LAYOUT = {"solve_general2": "F"}
 
 
 def _deferred(name: str, dtype: str):
@@ -459,7 +528,7 @@ def _deferred(name: str, dtype: str):
     if not config.numba__cache or jit_off():
         return None
     deferred.install()
-    restype = types.Array(numba.from_dtype(np.dtype(dtype)), _RESULT_NDIM[name], "C")
+    restype = types.Array(numba.from_dtype(np.dtype(dtype)), _RESULT_NDIM[name], _RESULT_LAYOUT.get(name, "C"))
     return deferred.Deferred(jitted(name), f"pmfast_linalg_{name}_{dtype}_{_SOURCE}", restype)
 
 
@@ -489,10 +558,14 @@ def _same_float(node) -> str | None:
 def funcify(op, node):
     """``(numba function, cache key)`` of pmfast's implementation of ``node``, or None (pytensor's)."""
     from pmfast.compiler.pure import jit_off
-    from pytensor.tensor.slinalg import Cholesky, CholeskySolve, LUFactor, SolveTriangular
+    from pytensor.tensor.slinalg import Cholesky, CholeskySolve, LUFactor, PivotToPermutations, Solve, SolveTriangular
 
     if jit_off():
         return None
+    if type(op) is PivotToPermutations:
+        from pmfast.compiler import sort
+
+        return sort.funcify_pivots(op, node)
     if type(op) is LUFactor:
         a, (lu, _) = node.inputs[0], node.outputs
         if a.type.dtype not in _DTYPES or lu.type.dtype != a.type.dtype:
@@ -509,6 +582,8 @@ def funcify(op, node):
         return _build(f"solve_triangular{op.b_ndim}", (op.lower, op.unit_diagonal, op.overwrite_b), dtype)
     if type(op) is CholeskySolve:
         return _build(f"cho_solve{op.b_ndim}", (op.lower, op.overwrite_b), dtype)
+    if type(op) is Solve and op.assume_a == "gen":
+        return _build(f"solve_general{op.b_ndim}", (op.overwrite_a, op.overwrite_b), dtype)
     return None
 
 

@@ -42,6 +42,15 @@ class Child:
         self.status: int | None = None
         self.cpu_seconds = 0.0
 
+    def poll(self) -> bool:
+        """Whether the child has exited (reaped here, its status kept for :meth:`wait`)."""
+        if self.status is None:
+            pid, status, usage = os.wait4(self.pid, os.WNOHANG)
+            if pid:
+                self.status = status
+                self.cpu_seconds = usage.ru_utime + usage.ru_stime
+        return self.status is not None
+
     def wait(self, timeout: float = TIMEOUT) -> bool:
         deadline = time.monotonic() + timeout
         while self.status is None:

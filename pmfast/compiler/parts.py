@@ -319,16 +319,19 @@ def _view_makers(body) -> dict[str, tuple[str, str | None, tuple[str, ...]]]:
     return out
 
 
-def _input_views(parsed, body, var_of: dict, inputs) -> dict[str, tuple[str, None, tuple[str, ...]]]:
-    """``{name: (statement, None, reads)}`` for statements that only view the entry's inputs.
+def _input_views(parsed, body, var_of: dict, inputs, slots=()) -> dict[str, tuple[str, None, tuple[str, ...]]]:
+    """``{name: (statement, None, reads)}`` for statements that only view the entry's inputs or a
+    scalar's stack slot (``slots``: the names :func:`_view_makers` found).
 
     A statement qualifies when its one output is a view (its op has a ``view_map``: a subtensor of
     the point, a dimshuffle; a one-element subtensor held as a scalar reads the point) and every
-    body value it reads is an entry input or such a view. The entry's inputs (the point, the shared
-    arrays) are never destroyed (pytensor keeps graph inputs intact), so their views are the same
-    wherever they are made: the part that reads one makes it again instead of receiving it across
-    a cut (bayesian_sem_workflow: the point's slices, each read from the top of the graph to its
-    gradient, crossed every cut).
+    body value it reads is an entry input, a slot's view or such a view. The entry's inputs (the
+    point, the shared arrays) are never destroyed (pytensor keeps graph inputs intact), so their
+    views are the same wherever they are made: the part that reads one makes it again instead of
+    receiving it across a cut (bayesian_sem_workflow: the point's slices, each read from the top of
+    the graph to its gradient, crossed every cut). A view of a slot's view must be made again where
+    it is read: returned across a cut, it pointed into the returning part's stack frame (lkj_mvnormal
+    cut in two: a dimshuffle of a slot read by the next part gave a wrong gradient).
     """
     out: dict = {}
     local = {t for p in parsed if p is not None for t in p[0]}
@@ -341,7 +344,7 @@ def _input_views(parsed, body, var_of: dict, inputs) -> dict[str, tuple[str, Non
         if owner is None or len(owner.outputs) != 1 or not getattr(owner.op, "view_map", None):
             continue
         reads = tuple(sorted(r for r in p[1] if r in inputs or r in local))
-        if reads and all(r in inputs or r in out for r in reads):
+        if reads and all(r in inputs or r in out or r in slots for r in reads):
             out[name] = (stmt, None, reads)
     return out
 
@@ -356,7 +359,7 @@ def split(spec, env, var_of: dict, input_types: dict) -> Split | None:
     parsed = [_assign(s) for s in body]
     makers = _view_makers(body)
     if all(p is not None for p in parsed):
-        makers.update(_input_views(parsed, body, var_of, input_types))
+        makers.update(_input_views(parsed, body, var_of, input_types, set(makers)))
     buffers = {b[0]: b for b in spec.buffers}
     ops = list(spec.ops) if len(spec.ops) == len(body) else [None] * len(body)
 

@@ -33,3 +33,46 @@ def funcify(op, node):
     env = {"__name__": __name__, "np": __import__("numpy")}
     key = "pmfast_argsort_" + hashlib.sha256(repr((VERSION, src, x.type.dtype)).encode()).hexdigest()
     return numba_njit(compile_numba_function_src(src, "argsort", env, env)), key
+
+
+#: pytensor's ``PivotToPermutations`` as two loops: ``p_inv`` by pytensor's swaps from ``0..n-1`` (a
+#: negative pivot wraps around, as numba's indexing does), then, unless ``inverse``, its inverse
+#: permutation by one scatter. pytensor argsorts ``p_inv`` instead: numba's quicksort (~1 CPU s of a
+#: cold compile, bayesian_sem_workflow's LU solve); ``p_inv`` is a permutation (swaps of ``0..n-1``), so
+#: its argsort has no ties and is exactly that inverse.
+_PIVOTS_SRC = """def pivot_to_permutation(piv):
+    n = piv.shape[0]
+    p_inv = _pm_empty(n, _pm_i64)
+    for i in range(n):
+        p_inv[i] = i
+    for i in range(n):
+        j = piv[i]
+        if j < 0:
+            j += n
+        t = p_inv[i]
+        p_inv[i] = p_inv[j]
+        p_inv[j] = t
+    if {inverse}:
+        return p_inv
+    perm = _pm_empty(n, _pm_i64)
+    for i in range(n):
+        perm[p_inv[i]] = i
+    return perm
+"""
+
+
+def funcify_pivots(op, node):
+    """``(numba function, cache key)`` for a ``PivotToPermutations`` node of integer pivots, or None."""
+    import numpy as np
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import native
+
+    (piv,) = node.inputs
+    if piv.ndim != 1 or not piv.type.dtype.startswith(("int", "uint")) or node.outputs[0].type.dtype != "int64":
+        return None
+    src = _PIVOTS_SRC.format(inverse=bool(op.inverse))
+    env = {"__name__": __name__, "_pm_empty": native.empty, "_pm_i64": np.int64}
+    key = "pmfast_pivots_" + hashlib.sha256(repr((VERSION, src, piv.type.dtype)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "pivot_to_permutation", env, env)), key

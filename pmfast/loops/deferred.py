@@ -13,7 +13,11 @@ through a :class:`Deferred` instead of the kernel's dispatcher:
   ``PMFAST_PARALLEL_COMPILE``, no other threads; and a core idle right now, :func:`spare_core`)
   that compiles the kernel for those argument types
   into numba's on-disk cache; later typed calls (the other kernels of the entry) are sent to the
-  same worker through a pipe, so the scalar functions they share are compiled once.
+  same worker through a pipe, so the scalar functions they share are compiled once. While a
+  handover worker shares the compile (:func:`pmfast.compiler.handover.share`: an entry's parts, the
+  expand entry), requests go to that one instead (:func:`serve`) and none is forked here: on two
+  cores a third process only took the others' CPU; each compile is then claimed by the process that
+  starts it, and one the worker has not started when it is needed here is compiled here.
 * **Lowering** (:func:`_lower_call`). Without a worker (no fork possible, or argument types no
   worker was asked for), the kernel is compiled here and now (a load when the cache holds it). The
   call is emitted with numba's calling convention and error propagation (as numba's own
@@ -96,22 +100,37 @@ class Deferred:
         return "_pmfast_deferred_" + sha256(text.encode()).hexdigest()[:32]
 
     def request(self, argtypes: tuple) -> None:
-        """A call with ``argtypes`` was typed: have the compile worker start on it (once per process)."""
+        """A call with ``argtypes`` was typed: have the compile worker start on it (once per process).
+        While a worker of :func:`pmfast.compiler.handover.share` compiles beside this process, it is
+        sent there (in that worker itself: nothing, it compiles its own at resolution)."""
+        from pmfast.compiler import handover
+
         if argtypes in self._requested or argtypes in self.dispatcher.overloads or self._in_cache():
+            return
+        if handover.sharing():
+            handover.request(self.placeholder(argtypes), pickle.dumps((self.key, argtypes)))
             return
         if _Worker.send(self, argtypes):
             self._requested.add(argtypes)
 
     def start(self, argtypes: tuple) -> None:
-        """A call with ``argtypes`` is lowered: without a worker compiling it, compile it here now."""
+        """A call with ``argtypes`` is lowered: without a worker compiling it, compile it here now
+        (sharing a handover worker: at resolution, :meth:`result`)."""
+        from pmfast.compiler import handover
+
         self.request(argtypes)
-        if argtypes not in self._requested and argtypes not in self.dispatcher.overloads:
+        if argtypes not in self._requested and argtypes not in self.dispatcher.overloads and not handover.sharing():
             self.dispatcher.compile(argtypes)
 
     def result(self, argtypes: tuple):
-        """The compile result for ``argtypes`` (waits for the worker, then loads or compiles here)."""
+        """The compile result for ``argtypes`` (waits for the worker, then loads or compiles here;
+        sharing a handover worker: compiled once between the two, :func:`pmfast.compiler.handover.obtain`)."""
+        from pmfast.compiler import handover
+
         if argtypes in self._requested:
             _Worker.finish()
+        if argtypes not in self.dispatcher.overloads and handover.sharing():
+            handover.obtain(self.placeholder(argtypes), lambda: self.dispatcher.compile(argtypes))
         self.dispatcher.compile(argtypes)
         cres = self.dispatcher.overloads[argtypes]
         if cres.signature.return_type != self.restype:
@@ -265,6 +284,21 @@ def _running_children() -> int:
             continue
         n += state == "R" and int(ppid) == me
     return n
+
+
+def serve(payload: bytes) -> None:
+    """In a handover worker: compile the deferred function a request names (unless the other process
+    claimed it: :func:`pmfast.compiler.handover.obtain`); an error is left to the process that needs it."""
+    from pmfast.compiler import handover
+
+    key, argtypes = pickle.loads(payload)
+    deferred = Deferred._by_key.get(key)
+    if deferred is None or argtypes in deferred.dispatcher.overloads:
+        return
+    try:
+        handover.obtain(deferred.placeholder(argtypes), lambda: deferred.dispatcher.compile(argtypes), needed=False)
+    except Exception:
+        pass
 
 
 def _serve(r: int, w: int) -> None:
