@@ -74,7 +74,7 @@ def test_every_substituted_op():
     """Each scalar op the pass knows, in one graph: all converted, all within a few ulp of stock."""
     w = RNG.uniform(-5, 5, 4001)
     outs = [pt.exp(v), pt.expm1(v), pt.log(pt.abs(v)), pt.log1p(pt.abs(v)), pt.softplus(v), pt.sigmoid(v),
-            -pt.softplus(-v), pt.erf(v), pt.erfc(v), pt.erfcx(v)]
+            -pt.softplus(-v), pt.erf(v), pt.erfc(v), pt.sin(v * 7), pt.cos(v * 7), pt.erfcx(v)]
     stock, fast = compile_pair([v], outs)
     kinds = {type(n.op) for node in vmath_nodes(fast) for n in _walk(node.op.scalar_op)}
     assert set(SUBSTITUTES.values()) - {VmathGammaLn, VmathPsi, VmathLog1mexp} <= kinds  # those: tests/test_vmath_gamma.py

@@ -13,6 +13,10 @@ Fits:
 - ``LOG``: T(z) = (2 atanh(s) - 2s) / s^3, z = s^2, s = f/(2+f), |s| <= (sqrt2-1)/(sqrt2+1)
   (log1p(f) = 2s + s z T(z)), weight s^3 / 2atanh(s).
 - ``ERF_SMALL``: E(z) = erf(sqrt z)/sqrt z on z = x^2 <= 1 (erf(x) = x E(x^2)).
+- ``SIN``: S(z) = (sin(r) - r) / r^3, z = r^2, |r| <= pi/4 (sin(r) = r + r z S(z)), weight
+  r^3 / |sin r|; ``COS``: C(z) = (cos(r) - 1 + z/2) / z^2 (cos(r) = 1 - z/2 + z^2 C(z)), weight
+  z^2 / cos r. The interval is widened by 1e-4 (a quadrant off by one near a boundary: |r| a little
+  over pi/4).
 - ``ERFCX``: erfcx(x) = exp(x^2) erfc(x) on x in [0, 6) in pieces, each a polynomial
   in x - center (exact for x within a factor 2 of the center), and for x >= 6
   Q(z) = x erfcx(x) in z = 1/x^2.
@@ -59,6 +63,30 @@ def _log_w(z):
     return s**3 / (2 * mp.atanh(s))
 
 
+def _sin_s(z):
+    if z < mp.mpf(10) ** -30:
+        return -mp.mpf(1) / 6 + z / 120
+    r = mp.sqrt(z)
+    return (mp.sin(r) - r) / r**3
+
+
+def _sin_w(z):
+    if z == 0:
+        return mp.mpf(0)
+    r = mp.sqrt(z)
+    return r**3 / abs(mp.sin(r))
+
+
+def _cos_c(z):
+    if z < mp.mpf(10) ** -30:
+        return mp.mpf(1) / 24 - z / 720
+    return (mp.cos(mp.sqrt(z)) - 1 + z / 2) / z**2
+
+
+def _cos_w(z):
+    return z * z / mp.cos(mp.sqrt(z))
+
+
 def _erf_e(z):
     if z == 0:
         return 2 / mp.sqrt(mp.pi)
@@ -90,11 +118,14 @@ ERFCX_TAIL_DEGREE = 10
 def fits():
     """``(name, f, weight, a, b, degree)`` of every fit."""
     h = mp.log(2) / 2 * mp.mpf("1.0001")
+    rmax2 = (mp.pi / 4 * mp.mpf("1.0001")) ** 2
     smax = (mp.sqrt(2) - 1) / (mp.sqrt(2) + 1) * mp.mpf("1.0001")
     out = [
         ("EXPM1", _expm1_p, _expm1_w, -h, h, 10),
         ("LOG", _log_t, _log_w, mp.mpf(0), smax**2, 6),
         ("ERF_SMALL", _erf_e, _relative(_erf_e), mp.mpf(0), mp.mpf(1), 12),
+        ("SIN", _sin_s, _sin_w, mp.mpf(0), rmax2, 6),
+        ("COS", _cos_c, _cos_w, mp.mpf(0), rmax2, 5),
     ]
     for i, (lo, hi, c, deg) in enumerate(ERFCX_PIECES):
         c = mp.mpf(c)
@@ -118,6 +149,11 @@ def constants() -> dict:
     ln2 = mp.log(2)
     ln2_hi = _trunc(ln2, 32)  # k * LN2_HI is exact for |k| < 2^21
     inv_sqrt2 = 1 / mp.sqrt(2)
+    with mp.workdps(80):  # PIO2_3 is pi/2's bits 107-159: 40 digits do not reach them
+        pio2 = mp.pi / 2
+        pio2_1 = float(pio2)  # k * PIO2_1 subtracted by one fma is exact (see trig.py)
+        pio2_2 = float(pio2 - mp.mpf(pio2_1))
+        pio2_3 = float(pio2 - mp.mpf(pio2_1) - mp.mpf(pio2_2))  # pi/2 - the three: 5.6e-50
     return {
         "LN2_HI": ln2_hi,
         "LN2_LO": float(ln2 - mp.mpf(ln2_hi)),
@@ -125,6 +161,10 @@ def constants() -> dict:
         "INV_SQRT2": float(inv_sqrt2),
         "INV_SQRT2_LO": float(inv_sqrt2 - mp.mpf(float(inv_sqrt2))),
         "TWO_INV_SQRTPI": float(2 / mp.sqrt(mp.pi)),
+        "TWO_OVER_PI": float(2 / mp.pi),
+        "PIO2_1": pio2_1,
+        "PIO2_2": pio2_2,
+        "PIO2_3": pio2_3,
     }
 
 

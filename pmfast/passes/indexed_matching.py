@@ -190,6 +190,14 @@ def _full_bool_reduction(client, out):
     return ALL if isinstance(c_op, All) else ANY
 
 
+def _nan_marked(op) -> bool:
+    """Does the Elemwise's body call pmfast.vmath's sin or cos? Their ``VmathElemwise`` recomputes a
+    result holding a NaN with libm (huge arguments); a fused loop would not: such nodes stay as they are."""
+    from pmfast.vmath.ops import NAN_MARKED, kernels
+
+    return bool(kernels(op.scalar_op) & NAN_MARKED)
+
+
 def build_fused(fgraph, node, vectorize_all: bool = False):
     """Return ``(replacements, new_node)`` for an Elemwise ``node``, or ``None`` to decline.
     ``vectorize_all``: also a 1-d node that gathers and scatters nothing, if its body vectorizes
@@ -205,7 +213,7 @@ _TOO_WIDE = object()
 
 def _build_fused(fgraph, node, scatters: bool, vectorize_all: bool = False):
     op = node.op
-    if not isinstance(op, Elemwise) or op.inplace_pattern:
+    if not isinstance(op, Elemwise) or op.inplace_pattern or _nan_marked(op):
         return None
     ndim = node.outputs[0].type.ndim
     if ndim < 1 or ndim > MAX_NDIM or any(v.type.ndim != ndim for v in (*node.inputs, *node.outputs)):

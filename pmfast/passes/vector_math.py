@@ -3,8 +3,8 @@
 llvmlite here has no SVML: ``exp``/``log``/``log1p``/``erfc``... in a numba loop
 are scalar libm calls, and a loop that makes one never vectorizes. The rewrite
 replaces, in every scalar body the numba backend compiles into a loop, the
-stock scalar ops ``exp, expm1, log, log1p, softplus, sigmoid, erf, erfc, erfcx, gammaln, psi, log1mexp``
-by subclasses (:mod:`pmfast.vmath.ops`) whose numba function is the
+stock scalar ops ``exp, expm1, log, log1p, softplus, sigmoid, erf, erfc, erfcx, gammaln, psi, log1mexp,
+sin, cos`` by subclasses (:mod:`pmfast.vmath.ops`) whose numba function is the
 branch-free pmfast.vmath kernel, which LLVM inlines and widens. Matched:
 
 - ``Elemwise`` nodes (a single op or a ``Composite``; stock's ``_vectorized``
@@ -23,6 +23,10 @@ Short loops keep libm, where it is faster than a widened loop that runs mostly i
 remainder: nodes of static size below :data:`MIN_STATIC_SIZE` or the body's crossover
 (:func:`~pmfast.vmath.elemwise.libm_below`) are declined here; a node whose size is not static (``pm.Data``, which users
 resize) is converted and its loop branches to stock's libm loop below that size at run time.
+
+sin and cos are converted in Elemwise bodies only (not in fused loops), where a NaN they return
+shows in the outputs (:func:`~pmfast.vmath.ops.nan_shows`): their kernels return NaN beyond
+``|x| = 2^30`` and the loop then recomputes the node with libm, so huge arguments get libm's values.
 
 Safe because each kernel computes the same function within 2 ulp (the table
 in docs/vmath.md; gammaln and psi: a few ulp, or a few 1e-16 absolute near their roots), with the
@@ -62,7 +66,8 @@ def converted_op(node):
 
         if isinstance(op, elemwise.VmathElemwise):
             return None
-        new = vmath_scalar_op(op.scalar_op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs])
+        new = vmath_scalar_op(op.scalar_op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs],
+                              nan_marked=True)
         if new is None:
             return None
         shape, below = node.outputs[0].type.shape, elemwise.libm_below(new)  # inf: libm at any length
@@ -123,7 +128,7 @@ class VectorMath(PassRewriter):
 
 
 vector_math_pass = register_pass(
-    PASS_NAME, "exp/log/log1p/expm1/softplus/sigmoid/erf/erfc/erfcx/gammaln/psi/log1mexp in loop bodies as vectorizable pmfast.vmath kernels"
+    PASS_NAME, "exp/log/log1p/expm1/softplus/sigmoid/erf/erfc/erfcx/gammaln/psi/log1mexp/sin/cos in loop bodies as vectorizable pmfast.vmath kernels"
 )
 
 # Position 49.3: after every pass that builds or rewrites scalar bodies (fusion 49,

@@ -11,7 +11,8 @@ high-precision reference over its whole domain, with IEEE special values
 Kernels (float64 -> float64, call them from ``@njit`` code):
 ``exp, expm1, log, log1p, softplus, sigmoid, log_sigmoid, erf, erfc, erfcx, ndtr, log_ndtr``, and
 ``gammaln, digamma, log1mexp`` (:mod:`pmfast.vmath.gamma`: near the roots of gammaln and digamma an
-absolute rather than a relative accuracy).
+absolute rather than a relative accuracy), ``sin, cos`` (:mod:`pmfast.vmath.trig`: NaN beyond
+``|x| = 2^30``, where the vector_math pass's loops fall back to libm).
 
 The switch (:func:`enable`, :func:`disable`, :func:`disabled`, default from the
 environment variable ``PMFAST_VECTOR_MATH``, on unless ``0``) decides whether the
@@ -28,6 +29,7 @@ from pmfast.vmath._cache import VERSION
 from pmfast.vmath.normal import erf, erfc, erfcx, log_ndtr, ndtr
 from pmfast.vmath.explog import exp, expm1, log, log1p, log_sigmoid, sigmoid, softplus
 from pmfast.vmath.gamma import digamma, gammaln, log1mexp
+from pmfast.vmath.trig import cos, sin
 
 #: name -> kernel, every public kernel
 KERNELS = {
@@ -46,6 +48,8 @@ KERNELS = {
     "gammaln": gammaln,
     "digamma": digamma,
     "log1mexp": log1mexp,
+    "sin": sin,
+    "cos": cos,
 }
 
 _enabled = os.environ.get("PMFAST_VECTOR_MATH", "1").strip().lower() not in ("0", "false", "no", "off")
@@ -82,6 +86,7 @@ def disabled():
 __all__ = [
     "KERNELS",
     "VERSION",
+    "cos",
     "disable",
     "disabled",
     "enable",
@@ -100,5 +105,6 @@ __all__ = [
     "log_sigmoid",
     "ndtr",
     "sigmoid",
+    "sin",
     "softplus",
 ]

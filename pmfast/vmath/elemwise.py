@@ -28,10 +28,10 @@ import numpy as np
 from pytensor.tensor.elemwise import Elemwise
 
 from pmfast.vmath import VERSION
-from pmfast.vmath.ops import kernels, libm_scalar_op
+from pmfast.vmath.ops import NAN_MARKED, kernels, libm_scalar_op
 
 #: Part of the numba cache key; bump when this lowering changes.
-LOWERING_VERSION = 9
+LOWERING_VERSION = 10
 #: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
 INLINE_BODY = True
 CONTIGUOUS_INPUTS = True
@@ -133,8 +133,14 @@ def _inlined_store(core_fn, nin: int, nout: int):
     return numba_basic.numba_njit(fn, forceinline=True)
 
 
-def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: int = 0) -> str:
+def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: int = 0,
+                 nan_fallback: bool = False) -> str:
     """Source of ``impl(*inputs)``, the loop: pytensor's ``_vectorized`` on the inputs.
+
+    ``nan_fallback``: the body calls a kernel of :data:`~pmfast.vmath.ops.NAN_MARKED` (sin, cos:
+    NaN beyond their range). When an output of the vectorized loop holds a NaN, ``impl`` returns
+    stock's loop on the inputs instead (libm's values for the whole node). Both loops then write
+    fresh outputs (``inplace_enc`` is empty), so the inputs are intact for the second one.
 
     ``libm_below``: when the output has fewer elements than this at run time, ``impl`` returns
     stock's loop (``libm_store``, the libm scalar body, on the inputs as given): stock's values
@@ -162,13 +168,16 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: i
     ndim = node.outputs[0].type.ndim
     lines = ["def impl(*inputs):"]
     loop = "_vectorized({}, {}, {}, dtypes_enc, inplace_enc, True, (), ({}), core_shapes, None)"
+    raw = "".join(f"inputs[{k}], " for k in range(nin))
+    outs = ["r"] if nout == 1 else [f"r[{o}]" for o in range(nout)]
+    nan_check = [f"if {' or '.join(f'_has_nan({o})' for o in outs)}:",
+                 f"    return {loop.format('libm_store', 'in_bc_enc', 'out_bc_enc', raw)}"] if nan_fallback else []
     if libm_below and ndim and None in node.outputs[0].type.shape:
         sizes = []
         for d in range(ndim):
             srcs = [k for k, i in enumerate(node.inputs) if not i.type.broadcastable[d]]
             if srcs:  # every non-broadcastable input has the output's length (no runtime broadcasting)
                 sizes.append(f"inputs[{srcs[0]}].shape[{d}]")
-        raw = "".join(f"inputs[{k}], " for k in range(nin))
         lines += [f"    if {' * '.join(sizes) or '1'} < {int(libm_below)}:",
                   f"        return {loop.format('libm_store', 'in_bc_enc', 'out_bc_enc', raw)}"]
     loop = loop.format("store", "{}", "{}", "{}")
@@ -195,6 +204,7 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: i
 
         flat_args = "".join(flat_arg(k, i) for k, i in enumerate(node.inputs))
         body.append(f"r = {loop.format('flat_bc_enc', 'flat_out_bc_enc', flat_args)}")
+        body += nan_check
         body.append("return r.reshape(shape)" if nout == 1 else
                     f"return ({''.join(f'r[{o}].reshape(shape), ' for o in range(nout))})")
         if last is None:  # decided at run time: two loops compiled
@@ -203,8 +213,33 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: i
         else:  # a static last axis decides now: one loop
             lines += [f"    {ln}" for ln in body]
     if not flat or last is None:
-        lines.append(f"    return {loop.format('in_bc_enc', 'out_bc_enc', args)}")
+        if nan_check:
+            lines.append(f"    r = {loop.format('in_bc_enc', 'out_bc_enc', args)}")
+            lines += [f"    {ln}" for ln in nan_check] + ["    return r"]
+        else:
+            lines.append(f"    return {loop.format('in_bc_enc', 'out_bc_enc', args)}")
     return "\n".join(lines) + "\n"
+
+
+def has_nan(a):
+    """Whether the C-contiguous array ``a`` holds a NaN (an or-reduction LLVM widens)."""
+    flat = a.reshape(a.size)
+    found = False
+    for i in range(flat.size):
+        found |= flat[i] != flat[i]
+    return found
+
+
+_HAS_NAN = []
+
+
+def _has_nan():
+    """:func:`has_nan` jitted (IEEE comparisons: no ``nnan`` flag), once per process."""
+    if not _HAS_NAN:
+        from pytensor.link.numba.dispatch import basic as numba_basic
+
+        _HAS_NAN.append(numba_basic.numba_njit(has_nan, fastmath=False, cache=True))
+    return _HAS_NAN[0]
 
 
 def _register_numba() -> None:
@@ -221,6 +256,8 @@ def _register_numba() -> None:
         scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
         nin, nout = len(node.inputs), len(node.outputs)
         inline, contiguous_inputs, below = INLINE_BODY, CONTIGUOUS_INPUTS, libm_below(op.scalar_op)
+        nan_fallback = bool(kernels(op.scalar_op) & NAN_MARKED)
+        inplace = () if nan_fallback else tuple(op.inplace_pattern.items())  # the fallback reads the inputs
         libm_op = libm_scalar_op(op.scalar_op)
         if jit_off():  # as plain Python: stock's Elemwise of the libm body (the kernels are jitted on import)
             stock = Elemwise(libm_op, inplace_pattern=op.inplace_pattern)
@@ -238,7 +275,7 @@ def _register_numba() -> None:
         out_bc = tuple(o.type.broadcastable for o in node.outputs)
         out_dtypes = tuple(o.type.dtype for o in node.outputs)
         in_bc_enc, out_bc_enc, dtypes_enc, inplace_enc = (
-            encode_literals(v) for v in (in_bc, out_bc, out_dtypes, tuple(op.inplace_pattern.items()))
+            encode_literals(v) for v in (in_bc, out_bc, out_dtypes, inplace)
         )
         core_shapes = ((),) * nout
 
@@ -257,18 +294,19 @@ def _register_numba() -> None:
         env = {"np": np, "_vectorized": _vectorized, "store": store, "in_bc_enc": in_bc_enc, "out_bc_enc": out_bc_enc,
                "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc, "core_shapes": core_shapes,
                "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc,
-               "libm_store": store_core_outputs(libm_fn, nin=nin, nout=nout)}
+               "libm_store": store_core_outputs(libm_fn, nin=nin, nout=nout), "_has_nan": _has_nan()}
 
         @overload(elemwise)
         def ov_elemwise(*inputs):
             layouts = [getattr(t, "layout", None) for t in inputs]
-            src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0, layouts, below)
+            src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0, layouts, below,
+                               nan_fallback)
             return compile_numba_function_src(src, "impl", dict(env))
 
         if scalar_key is None or libm_key is None:
             return elemwise, None
         key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs, FLAT_BELOW, below,
-               libm_key, tuple(op.inplace_pattern.items()), in_bc, node.outputs[0].type.shape, scalar_key)
+               libm_key, inplace, in_bc, node.outputs[0].type.shape, scalar_key)
         return elemwise, sha256(str(key).encode()).hexdigest()
 
 

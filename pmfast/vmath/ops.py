@@ -18,6 +18,7 @@ from hashlib import sha256
 
 import pytensor.scalar.basic as ps
 import pytensor.scalar.math as psm
+from pytensor.graph.fg import Output
 from pytensor.scalar.basic import Composite
 
 from pmfast.vmath import KERNELS, VERSION
@@ -46,6 +47,8 @@ VmathErfcx = _subclass(psm.Erfcx, "erfcx")
 VmathGammaLn = _subclass(psm.GammaLn, "gammaln")
 VmathPsi = _subclass(psm.Psi, "digamma")
 VmathLog1mexp = _subclass(psm.Log1mexp, "log1mexp")
+VmathSin = _subclass(ps.Sin, "sin")
+VmathCos = _subclass(ps.Cos, "cos")
 
 #: stock scalar op type -> its vmath subclass
 SUBSTITUTES: dict[type, type] = {
@@ -61,9 +64,54 @@ SUBSTITUTES: dict[type, type] = {
     psm.GammaLn: VmathGammaLn,
     psm.Psi: VmathPsi,
     psm.Log1mexp: VmathLog1mexp,
+    ps.Sin: VmathSin,
+    ps.Cos: VmathCos,
 }
 #: vmath subclasses whose kernel also takes integer inputs (converted to float64 first: ``gammaln(y + 1)`` of counts)
 INTEGER_INPUTS = (VmathGammaLn, VmathPsi)
+
+
+#: kernels that give NaN where libm does not (sin, cos beyond 2^30): converted only with ``nan_marked``
+#: (the loop recomputes a result holding a NaN with libm: :class:`~pmfast.vmath.elemwise.VmathElemwise`),
+#: and only where a NaN from them shows in every output whose value they decide (:func:`nan_shows`)
+NAN_MARKED = frozenset({"sin", "cos"})
+
+
+def _nan_safe_ops() -> tuple[type, ...]:
+    """Scalar ops whose output is NaN when an input it depends on is NaN (IEEE arithmetic, the kernels)."""
+    names = ("Add", "Sub", "Mul", "TrueDiv", "Neg", "Abs", "Sqr", "Sqrt", "Reciprocal", "Identity", "Floor",
+             "Ceil", "Trunc", "Exp", "Expm1", "Log", "Log1p", "Sin", "Cos")
+    return tuple(getattr(ps, n) for n in names if hasattr(ps, n)) + (psm.Softplus, psm.Sigmoid, psm.Erf, psm.Erfc,
+                                                                      psm.Erfcx, psm.Log1mexp)
+
+
+def nan_shows(fgraph, var) -> bool:
+    """Whether a NaN in ``var`` makes NaN every output of ``fgraph`` whose value depends on ``var``.
+
+    Every path from ``var`` to an output must go through :func:`_nan_safe_ops`, a float ``Cast``,
+    either input of ``Second`` (its output is its second input) or the branches of ``Switch`` (the
+    branch not taken does not decide the value). A comparison, ``IsNan``, ``Maximum``, ``Pow``, a
+    nested Composite... decline: a NaN could change the value without showing.
+    """
+    safe = _nan_safe_ops()
+    stack, seen = [var], set()
+    while stack:
+        v = stack.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        for client, i in fgraph.clients[v]:
+            op = client.op
+            if isinstance(op, ps.Switch) and i == 0:
+                return False
+            if isinstance(op, ps.Cast) and not str(op.o_type.dtype).startswith("float"):
+                return False
+            if isinstance(op, Output):
+                continue
+            if not isinstance(op, (*safe, ps.Second, ps.Switch, ps.Cast)):
+                return False
+            stack.extend(client.outputs)
+    return True
 
 
 def _float64(dtypes) -> bool:
@@ -74,14 +122,20 @@ def _numeric(dtypes) -> bool:
     return all(str(d) == "float64" or str(d).startswith(("int", "uint")) for d in dtypes)
 
 
-def vmath_scalar_op(op, in_dtypes, out_dtypes):
+def vmath_scalar_op(op, in_dtypes, out_dtypes, nan_marked: bool = False, _fgraph=None, _node=None):
     """``op`` computed with pmfast.vmath where it can be, or ``None`` if nothing changes.
 
     A stock op of :data:`SUBSTITUTES` with float64 inputs and outputs becomes its
     subclass; a Composite is rebuilt with its inner nodes converted (nested
-    Composites too). Other dtypes keep libm (the kernels are float64).
+    Composites too). Other dtypes keep libm (the kernels are float64). The kernels of
+    :data:`NAN_MARKED` only with ``nan_marked`` (the caller's loop recomputes NaN results with
+    libm) and, inside a Composite, where :func:`nan_shows`.
     """
     if type(op) in SUBSTITUTES:
+        if SUBSTITUTES[type(op)].kernel in NAN_MARKED and not (
+            nan_marked and (_fgraph is None or nan_shows(_fgraph, _node.outputs[0]))
+        ):
+            return None
         inputs_ok = _numeric(in_dtypes) if issubclass(SUBSTITUTES[type(op)], INTEGER_INPUTS) else _float64(in_dtypes)
         if not (inputs_ok and _float64(out_dtypes)):
             return None
@@ -92,7 +146,8 @@ def vmath_scalar_op(op, in_dtypes, out_dtypes):
     mapping = {v: v.type() for v in inner.inputs}
     changed = False
     for node in inner.toposort():
-        new = vmath_scalar_op(node.op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs])
+        new = vmath_scalar_op(node.op, [i.type.dtype for i in node.inputs], [o.type.dtype for o in node.outputs],
+                              nan_marked and not isinstance(node.op, Composite), inner, node)
         changed |= new is not None
         new_node = (new or node.op).make_node(*[mapping.get(i, i) for i in node.inputs])
         mapping.update(zip(node.outputs, new_node.outputs, strict=True))

@@ -101,6 +101,17 @@ def _ld(f):
     return ref
 
 
+def _trig(f):
+    """libm's long double ``f`` where the kernel is defined (``|x| <= 2^30``), NaN beyond (its contract there)."""
+
+    def ref(x):
+        x = np.asarray(x, dtype=np.float64)
+        with np.errstate(all="ignore"):
+            return np.where(np.abs(x) <= 2.0**30, f(x.astype(L)), L(np.nan))
+
+    return ref
+
+
 #: kernel name -> reference function (float64 array -> long double array)
 REFERENCES = {
     "exp": _ld(np.exp),
@@ -115,6 +126,8 @@ REFERENCES = {
     "erfcx": lambda x: mp_values(_erfcx, x),
     "ndtr": lambda x: mp_values(_ndtr, x),
     "log_ndtr": lambda x: mp_values(_log_ndtr, x),
+    "sin": _trig(np.sin),
+    "cos": _trig(np.cos),
 }
 
 #: where each kernel switches method or its result changes regime (tested densely around)
@@ -132,6 +145,11 @@ BOUNDARIES = {
     "ndtr": [-38.5, -8.49, -4.24, -2.12, -0.71, 0.0, 0.71, 8.5],
     "log_ndtr": [-1.8961503816218355e154, -1.3407807929942596e154, -40.0, -8.49, -4.24, -2.12, -0.71, 0.0, 0.71,
                  8.5, 38.5],
+    "sin": [-(2.0**30), -3.9269908169872414, -2.356194490192345, -1.5707963267948966, -0.7853981633974483,
+            -(2.0**-27), 0.0, 2.0**-27, 0.7853981633974483, 1.5707963267948966, 2.356194490192345, 3.141592653589793,
+            3.9269908169872414, 710.0, 1e6, 2.0**30],
+    "cos": [-(2.0**30), -3.141592653589793, -1.5707963267948966, -0.7853981633974483, 0.0, 0.7853981633974483,
+            1.5707963267948966, 2.356194490192345, 3.141592653589793, 4.71238898038469, 710.0, 1e6, 2.0**30],
 }
 
 #: the domain swept uniformly (beyond it the result saturates; log-spaced magnitudes cover the rest)
@@ -148,6 +166,8 @@ DOMAINS = {
     "erfcx": (-27.0, 30.0),
     "ndtr": (-40.0, 10.0),
     "log_ndtr": (-50.0, 40.0),
+    "sin": (-1000.0, 1000.0),
+    "cos": (-1000.0, 1000.0),
 }
 
 #: inputs every kernel must handle like the reference
