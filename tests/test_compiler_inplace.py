@@ -22,7 +22,7 @@ import numpy as np
 import pytensor
 import pytensor.scalar as ps
 import pytensor.tensor as pt
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pytensor.compile.mode import Mode
 from pytensor.link.numba.linker import NumbaLinker
@@ -283,6 +283,8 @@ def test_pinned_graph_in_scan_matches_numpy():
 
 @settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(recipe=recipes(max_steps=5), n=st.integers(1, 3), seed=st.integers(0, 2**16))
+@example(  # sin of a (1, n) row squeezed to 1-d by indexed_elemwise, hoisted out of the Scan: gave -1.0
+    recipe=Recipe(steps=(Step("T", (0,), None), Step("cumsum", (2,), None), Step("sin", (6,), None)), outputs=(7,)), n=1, seed=0)
 def test_generated_graphs_in_scan_match_numpy(recipe, n, seed):
     x, y, v = values(n, seed)
     assert_all_close(compile_in_scan(recipe, pmfast.get_mode())(x, y, v), scan_reference(recipe, x, y, v))

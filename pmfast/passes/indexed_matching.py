@@ -465,7 +465,7 @@ def squeezed(node):
     """``node``'s outputs computed by a 1-d Elemwise when all its output axes but one have static
     length 1 (``(n, 1)`` columns), as views of the 1-d results; ``None`` otherwise."""
     op = node.op
-    if not isinstance(op, Elemwise) or op.inplace_pattern:
+    if not isinstance(op, Elemwise) or op.inplace_pattern or _nan_marked(op):
         return None
     bc = node.outputs[0].type.broadcastable
     keep = [d for d, b in enumerate(bc) if not b]
