@@ -294,11 +294,14 @@ def share(todo: list[Job], first=None) -> Shared | None:
     one; this process runs ``first()`` (if given) before it takes any. Returns the worker (call its
     ``finish()`` before using what the jobs compile) or None if nothing was forked (then everything
     was compiled here)."""
+    import sys
     from functools import partial
 
     from pmfast.compiler import parallel
+    from pmfast.loops import deferred
 
     global _active, _claims, _parent
+    deferred.share_hooks = sys.modules[__name__]
     r, w = os.pipe()
     os.write(w, bytes(range(len(todo))))
     os.close(w)

@@ -59,6 +59,16 @@ log = logging.getLogger("pmfast.compiler")
 PENDING = "_pmfast_deferred"
 
 
+#: The compile-sharing protocol of :mod:`pmfast.compiler.handover` (its ``sharing``, ``request`` and
+#: ``obtain``), registered by :func:`pmfast.compiler.handover.share` before it forks a worker: this
+#: module stands below the compiler and does not import it. None: no worker has shared a compile.
+share_hooks = None
+
+
+def _sharing() -> bool:
+    return share_hooks is not None and share_hooks.sharing()
+
+
 class Deferred:
     """A jitted function ``dispatcher`` (``cache=True``, cached under ``key``) called through a
     placeholder resolved at link time; ``restype``: its numba return type, predicted."""
@@ -103,12 +113,10 @@ class Deferred:
         """A call with ``argtypes`` was typed: have the compile worker start on it (once per process).
         While a worker of :func:`pmfast.compiler.handover.share` compiles beside this process, it is
         sent there (in that worker itself: nothing, it compiles its own at resolution)."""
-        from pmfast.compiler import handover
-
         if argtypes in self._requested or argtypes in self.dispatcher.overloads or self._in_cache():
             return
-        if handover.sharing():
-            handover.request(self.placeholder(argtypes), pickle.dumps((self.key, argtypes)))
+        if _sharing():
+            share_hooks.request(self.placeholder(argtypes), pickle.dumps((self.key, argtypes)))
             return
         if _Worker.send(self, argtypes):
             self._requested.add(argtypes)
@@ -116,21 +124,17 @@ class Deferred:
     def start(self, argtypes: tuple) -> None:
         """A call with ``argtypes`` is lowered: without a worker compiling it, compile it here now
         (sharing a handover worker: at resolution, :meth:`result`)."""
-        from pmfast.compiler import handover
-
         self.request(argtypes)
-        if argtypes not in self._requested and argtypes not in self.dispatcher.overloads and not handover.sharing():
+        if argtypes not in self._requested and argtypes not in self.dispatcher.overloads and not _sharing():
             self.dispatcher.compile(argtypes)
 
     def result(self, argtypes: tuple):
         """The compile result for ``argtypes`` (waits for the worker, then loads or compiles here;
         sharing a handover worker: compiled once between the two, :func:`pmfast.compiler.handover.obtain`)."""
-        from pmfast.compiler import handover
-
         if argtypes in self._requested:
             _Worker.finish()
-        if argtypes not in self.dispatcher.overloads and handover.sharing():
-            handover.obtain(self.placeholder(argtypes), lambda: self.dispatcher.compile(argtypes))
+        if argtypes not in self.dispatcher.overloads and _sharing():
+            share_hooks.obtain(self.placeholder(argtypes), lambda: self.dispatcher.compile(argtypes))
         self.dispatcher.compile(argtypes)
         cres = self.dispatcher.overloads[argtypes]
         if cres.signature.return_type != self.restype:
@@ -289,14 +293,12 @@ def _running_children() -> int:
 def serve(payload: bytes) -> None:
     """In a handover worker: compile the deferred function a request names (unless the other process
     claimed it: :func:`pmfast.compiler.handover.obtain`); an error is left to the process that needs it."""
-    from pmfast.compiler import handover
-
     key, argtypes = pickle.loads(payload)
     deferred = Deferred._by_key.get(key)
     if deferred is None or argtypes in deferred.dispatcher.overloads:
         return
     try:
-        handover.obtain(deferred.placeholder(argtypes), lambda: deferred.dispatcher.compile(argtypes), needed=False)
+        share_hooks.obtain(deferred.placeholder(argtypes), lambda: deferred.dispatcher.compile(argtypes), needed=False)
     except Exception:
         pass
 
