@@ -463,7 +463,9 @@ def _fused_pairs(fgraph, node, vectorize_all: bool = False):
 
 def squeezed(node):
     """``node``'s outputs computed by a 1-d Elemwise when all its output axes but one have static
-    length 1 (``(n, 1)`` columns), as views of the 1-d results; ``None`` otherwise."""
+    length 1 (``(n, 1)`` columns), as views of the 1-d results; ``None`` otherwise. Declines a body
+    with vmath's sin/cos: the 1-d node is a plain ``Elemwise``, and their NaN-marked kernels are only
+    right inside ``VmathElemwise``'s lowering (which recomputes NaN lanes with libm)."""
     op = node.op
     if not isinstance(op, Elemwise) or op.inplace_pattern or _nan_marked(op):
         return None
