@@ -100,6 +100,15 @@ def _c_copy2(b, overwrite):
     return x
 
 
+def _f_copy2(a):
+    """A new Fortran-ordered copy of the matrix ``a`` (the layout LAPACK writes its results in)."""
+    w = native.empty((a.shape[1], a.shape[0]), a.dtype).T
+    for j in range(a.shape[1]):
+        for i in range(a.shape[0]):
+            w[i, j] = a[i, j]
+    return w
+
+
 def _c_copy1(b, overwrite):
     c = lapack.layout(b) == 1
     if overwrite and c:
@@ -290,10 +299,7 @@ def _lu_factor(a, overwrite):
     if overwrite and lapack.layout(a) == 2:
         w = lapack.c_view(a.T).T
     else:
-        w = native.empty((nn, mm), a.dtype).T
-        for j in range(nn):
-            for i in range(mm):
-                w[i, j] = a[i, j]
+        w = _f_copy2(a)
     piv = native.empty(nn, np.int32)
     info = lapack.call("getrf", (mm, nn, w, mm, piv))
     for i in range(nn):
@@ -317,10 +323,7 @@ def _lu_general(a, overwrite):
     elif overwrite and la == 2:
         w = lapack.c_view(a.T).T
     else:
-        w = native.empty((n, n), a.dtype).T
-        for j in range(n):
-            for i in range(n):
-                w[i, j] = a[i, j]
+        w = _f_copy2(a)
     piv = native.empty(n, np.int32)
     info = lapack.call("getrf", (n, n, w, n, piv))
     return w, piv, trans, info
@@ -338,10 +341,7 @@ def _solve_general2(a, b, overwrite_a, overwrite_b):
     if overwrite_b and lapack.layout(b.T) == 1:
         x = lapack.c_view(b.T).T
     else:
-        x = native.empty((k, n), b.dtype).T
-        for j in range(k):
-            for i in range(n):
-                x[i, j] = b[i, j]
+        x = _f_copy2(b)
     if info != 0:
         return _nan_fill2(x)
     if lapack.call("getrs", (_T if trans else _N, n, k, w, n, piv, x, n)) != 0:
@@ -455,7 +455,7 @@ _DESTROYING = {
     "cho_solve2": "def cho_solve(a, b):\n    return _pm_back(b, _pm_impl(_pm_a(a), _pm_a(_pm_ft(b)), _pm_b({0}), _pm_b(True), _pm_b(_pm_isf(b))))\n",
 }
 
-_SHARED = ("_lu_general", "_c_matrix", "_c_copy2", "_c_copy1", "_check_solve", "_flags", "_tri_vec", "_tri_mat", "_tri_left", "_nan_fill2", "_has_zero_diagonal")
+_SHARED = ("_lu_general", "_c_matrix", "_c_copy2", "_f_copy2", "_c_copy1", "_check_solve", "_flags", "_tri_vec", "_tri_mat", "_tri_left", "_nan_fill2", "_has_zero_diagonal")
 _jitted: dict = {}
 
 
