@@ -108,6 +108,42 @@ def test_two_processes_compile_one_model_into_one_empty_cache(script, tmp_path):
     assert a["mu"] == b["mu"] and len(a["mu"]) == 100
 
 
+SHARED_CALLEE = textwrap.dedent(
+    """
+    import sys
+    import numpy as np, pytensor, pytensor.tensor as pt
+    import pmfast
+
+    a, w = pt.matrix("a"), pt.matrix("w")
+    x = pt.linalg.solve_triangular(pt.linalg.cholesky(a), w, lower=True)
+    f = pytensor.function([a, w], x if sys.argv[1] == "A" else pt.exp(x).sum(0), mode=pmfast.get_mode())
+    m = np.array([[4.0, 2.0], [2.0, 3.0]])
+    print(repr(f(m, np.ones((2, 2))).tolist()))
+    """
+)
+
+
+def test_a_graph_linking_a_cached_callee_loads_in_a_new_process(tmp_path):
+    """Graph B reuses the linear algebra graph A cached (numba loads it); B, cached, runs again.
+
+    A cached library lost the definitions of the process-wide symbols its code calls (the deferred
+    callee's address), so B compiled against it was cached without them and its next load called
+    address 0: a segfault."""
+    script = tmp_path / "shared_callee.py"
+    script.write_text(SHARED_CALLEE)
+    env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'cache'}"}
+    outs = []
+    for graph in "ABBA":
+        proc = subprocess.run([sys.executable, str(script), graph], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, (graph, proc.returncode, proc.stderr[-2000:])
+        outs.append(proc.stdout.strip().splitlines()[-1])
+    l = np.linalg.cholesky(np.array([[4.0, 2.0], [2.0, 3.0]]))
+    x = np.linalg.solve(l, np.ones((2, 2)))
+    assert outs[0] == outs[3] and outs[1] == outs[2]
+    np.testing.assert_allclose(eval(outs[0]), x, rtol=1e-14)
+    np.testing.assert_allclose(eval(outs[1]), np.exp(x).sum(0), rtol=1e-14)
+
+
 def test_entry_keys_follow_versions(monkeypatch):
     """A pmfast, overload or numba version change gives a new key (a stale entry is never loaded)."""
     import numba

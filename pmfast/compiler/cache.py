@@ -12,6 +12,9 @@
   loading an entry that can't be read a cache miss: the entry's files are
   deleted and the function is compiled and saved afresh. A failure to save
   is a warning, not an error.
+* **Reload functions.** A library loaded from the cache keeps pmfast's reload functions (the
+  definitions of process-wide symbols its code calls), so a caller compiled later inherits them
+  as it does from a freshly compiled one (:func:`inherit_reload`), on every numba cache.
 * **Concurrent writers.** numba writes every file to a temporary name and
   renames it into place, and treats a data file missing behind an index as a
   miss. But a save reads the function's index, picks a free data file name
@@ -75,8 +78,32 @@ def ours(cache) -> bool:
     return type(locator).__name__ == "NumbaPyTensorCacheLocator"
 
 
+def inherit_reload(cres):
+    """``cres`` (a compile result numba just loaded from its cache) with pmfast's reload functions
+    (:data:`RELOAD_MARK`) also in its library's ``_reload_init``.
+
+    numba runs a cached function's ``reload_init`` when it loads it, but gives the library it loads
+    an empty ``_reload_init``; a caller compiled afterwards links that library and inherits nothing.
+    For pmfast's reload functions that lost the definition of a process-wide symbol the linked code
+    calls (a deferred callee, :class:`pmfast.loops.deferred.External`; BLAS/LAPACK,
+    :func:`pmfast.compiler.lapack.define_symbols`): the caller's cache entry, loaded by a process
+    that had not defined it, called address 0 (a segfault: one model compiled after another that
+    shared its Cholesky, run a third time). numba's own reload functions are left as they are.
+    """
+    library = getattr(cres, "library", None)
+    ours = [fn for fn in getattr(cres, "reload_init", None) or () if getattr(fn, RELOAD_MARK, False)]
+    if library is not None and ours:
+        library._reload_init.update(ours)
+    return cres
+
+
+#: Attribute marking a ``reload_init`` function as pmfast's (see :func:`inherit_reload`).
+RELOAD_MARK = "pmfast_reload"
+
+
 def install() -> None:
-    """Make unreadable cache entries misses and failed saves warnings (once per process)."""
+    """Make unreadable cache entries misses and failed saves warnings, and cached libraries keep
+    pmfast's reload functions (:func:`inherit_reload`); once per process."""
     global _installed
     if _installed:
         return
@@ -86,9 +113,9 @@ def install() -> None:
 
     def load_overload(self, sig, target_context):
         if not ours(self):
-            return load(self, sig, target_context)
+            return inherit_reload(load(self, sig, target_context))
         try:
-            return load(self, sig, target_context)
+            return inherit_reload(load(self, sig, target_context))
         except Exception as err:
             log.warning("pmfast: discarding unreadable numba cache entry %s (%s: %s)", self._name, type(err).__name__, err)
             for path in _entry_files(self):

@@ -76,6 +76,9 @@ def define_symbols() -> None:
                     _defined.add(name)
 
 
+define_symbols.pmfast_reload = True  # see pmfast.compiler.cache.inherit_reload
+
+
 def _literal_str(value) -> str | None:
     return value.literal_value if isinstance(value, types.StringLiteral) else None
 
@@ -125,6 +128,8 @@ def call(typingctx, routine, args):
         fnty = ir.FunctionType(ir.VoidType(), [p.type for p in pointers])
         fn = cgutils.get_or_insert_function(builder.module, fnty, sym)
         builder.call(fn, pointers)
+        # the symbols are defined again whenever numba loads this code (or a caller's) from its cache
+        context.active_code_library._reload_init.add(define_symbols)
         return builder.sext(builder.load(info), ir.IntType(64))
 
     return types.int64(routine, args), codegen

@@ -48,7 +48,7 @@ import hashlib
 import numpy as np
 from scipy.linalg import LinAlgError
 
-from pmfast.compiler import arrays, lapack, native
+from pmfast.compiler import arrays, cache, lapack, native
 
 #: Bump when an implementation here changes (part of its cache key, with this module's and lapack's source).
 VERSION = 5
@@ -483,6 +483,7 @@ def jitted(name: str):
         import numba
 
         lapack.define_symbols()
+        cache.install()  # a caller linking an implementation numba loaded from its cache defines the symbols again
         for piece in _SHARED:  # inlined at numba's IR level into each implementation: no functions of their own
             _jitted[piece] = numba.njit(inline="always")(globals()[piece])
         for fn, _ in _OPS.values():

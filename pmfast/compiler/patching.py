@@ -137,7 +137,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "numba.core.caching:Cache.load_overload",
         "pmfast.compiler.cache",
-        "an unreadable cache entry of pytensor's cache directory is a miss, not an exception from deep inside the dispatcher",
+        "an unreadable cache entry of pytensor's cache directory is a miss, not an exception from deep inside the dispatcher; a library loaded from any numba cache keeps pmfast's own reload functions (its symbol definitions), so a caller linking it inherits them",
         "self-limiting",
         ("numba.tests.test_caching",),
     ),

@@ -418,6 +418,7 @@ class External:
     """
 
     __slots__ = ("deferred", "argtypes", "name")
+    pmfast_reload = True  # kept by libraries numba loads from its cache: pmfast.compiler.cache.inherit_reload
 
     def __init__(self, deferred: Deferred, argtypes: tuple):
         self.deferred, self.argtypes = deferred, tuple(argtypes)
@@ -476,6 +477,10 @@ def install() -> None:
     if _installed:
         return
     from numba.core.codegen import CPUCodeLibrary
+
+    from pmfast.compiler import cache
+
+    cache.install()  # a caller linking a callee numba loaded from its cache inherits its External
 
     original = CPUCodeLibrary.finalize
 
