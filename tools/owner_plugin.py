@@ -1,6 +1,8 @@
 """pytest plugin of ``tools/owner_tests.py``, set up by environment variables (inherited by xdist workers).
 
-* ``PMFAST_OWNER_PATCHES=1``: every pmfast patch installed process-wide for the session.
+* ``PMFAST_OWNER_PATCHES=1``: every pmfast patch installed process-wide for the session; ``0``:
+  none, with pytensor's numba backend imported (as pmfast imports it), so the two runs differ by
+  pmfast's patches alone.
 * ``PMFAST_SUITE_WAY`` (pytensor's ``tests/link/numba/``): ``stock`` leaves the tests as shipped;
   ``mode`` replaces the tests' ``numba_mode`` (and ``numba_inplace_mode``) by
   ``pmfast.get_mode("all")`` before any test module imports it from ``tests.link.numba.test_basic``,
@@ -28,6 +30,10 @@ def pytest_configure(config):
 
         _scopes.append(install_everywhere())
         _scopes[-1].__enter__()
+    elif os.environ.get("PMFAST_OWNER_PATCHES") == "0":
+        # the plain run holds what pmfast imports but does not patch: pytensor's numba backend, whose
+        # own @overloads numba's test_extending inspects (its _cholesky's signature fails there alike)
+        import pytensor.link.numba.dispatch  # noqa: F401
     way = os.environ.get("PMFAST_SUITE_WAY")
     compiled_only = os.environ.get("PMFAST_SUITE_COMPILED_ONLY") == "1"
     if way not in (None, "", "stock", "mode", "enable"):
