@@ -32,6 +32,8 @@ from owner_junit import Case, counts, differences, only_bad, run_pytest
 
 NUMBA_MODULES = (
     "test_ssa",
+    "test_analysis",
+    "test_ir_utils",
     "test_ir_inlining",
     "test_inlining",
     "test_dispatcher",

@@ -42,11 +42,12 @@ from pmfast.compiler.patching import patches  # noqa: F401  (the public list)
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, overloads, ssa, static_shapes, subroutines
+    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, liveness, overloads, ssa, static_shapes, subroutines
 
     overloads.install()
     subroutines.install()
     ssa.install()
+    liveness.install()
     inliner.install()
     cache.install()
     frames.install()

@@ -44,7 +44,7 @@ behaves the same: same results, same exception type and message.
 
 ``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`;
 ``CumOp``: :mod:`pmfast.compiler.cumop`; ``AdvancedIncSubtensor`` with a constant index vector per
-axis: :mod:`pmfast.compiler.adv_inc`; ``ArgSortOp`` of a vector: :mod:`pmfast.compiler.sort`.
+axis: :mod:`pmfast.compiler.adv_inc`, ``AdvancedSubtensor`` with them: :mod:`pmfast.compiler.adv_sub`; ``ArgSortOp`` of a vector: :mod:`pmfast.compiler.sort`.
 Dense linear algebra (``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``, matrix ×
 matrix ``Dot``): :mod:`pmfast.compiler.linalg`.
 
@@ -471,7 +471,7 @@ def funcify_and_cache_key(op, node):
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
     from pytensor.tensor.sort import ArgSortOp
-    from pytensor.tensor.subtensor import AdvancedIncSubtensor
+    from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor
 
     if node is None:
         return None
@@ -507,6 +507,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import adv_inc
 
         return adv_inc.funcify(op, node)
+    if type(op) is AdvancedSubtensor:
+        from pmfast.compiler import adv_sub
+
+        return adv_sub.funcify(op, node)
     if type(op) is ArgSortOp:
         from pmfast.compiler import sort
 

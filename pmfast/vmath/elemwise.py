@@ -31,7 +31,7 @@ from pmfast.vmath import VERSION
 from pmfast.vmath.ops import NAN_MARKED, kernels, libm_scalar_op
 
 #: Part of the numba cache key; bump when this lowering changes.
-LOWERING_VERSION = 10
+LOWERING_VERSION = 11
 #: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
 INLINE_BODY = True
 CONTIGUOUS_INPUTS = True
@@ -148,7 +148,9 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: i
 
     ``contiguous``: inputs not typed C-contiguous (``layouts``: numba's layout of each
     input) go through ``np.ascontiguousarray`` (a view when they are at run time, else a
-    copy), so the loop addresses them by shape, not by runtime strides, and LLVM
+    copy; as :func:`pmfast.compiler.arrays.ascontiguous1`, numba's code for it lowered in place
+    instead of its overload compiled per process and input type: ~0.2 CPU s of
+    gp_marginal_matern52's cold compile), so the loop addresses them by shape, not by runtime strides, and LLVM
     vectorizes it (a strided 'A'-layout input, e.g. ``Squeeze(Dot)`` or ``x[:, 0]``, keeps
     it scalar). 0-d inputs stay as they are (the function makes them 1-d).
 
@@ -183,7 +185,7 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: i
     loop = loop.format("store", "{}", "{}", "{}")
     for k, i in enumerate(node.inputs):
         wrap = contiguous and i.type.ndim and layouts[k] != "C"
-        lines.append(f"    a{k} = np.ascontiguousarray(inputs[{k}])" if wrap else f"    a{k} = inputs[{k}]")
+        lines.append(f"    a{k} = _pm_asc(inputs[{k}])" if wrap else f"    a{k} = inputs[{k}]")
     args = "".join(f"a{k}, " for k in range(nin))
     last = node.outputs[0].type.shape[-1] if ndim else None
     flat = ndim >= 2 and flat_below and (last is None or last < flat_below)
@@ -249,6 +251,7 @@ def _register_numba() -> None:
     from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals, store_core_outputs
     from pytensor.scalar.basic import get_scalar_type
 
+    from pmfast.compiler import arrays
     from pmfast.compiler.pure import jit_off
 
     @register_funcify_and_cache_key(VmathElemwise)
@@ -294,7 +297,8 @@ def _register_numba() -> None:
         env = {"np": np, "_vectorized": _vectorized, "store": store, "in_bc_enc": in_bc_enc, "out_bc_enc": out_bc_enc,
                "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc, "core_shapes": core_shapes,
                "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc,
-               "libm_store": store_core_outputs(libm_fn, nin=nin, nout=nout), "_has_nan": _has_nan()}
+               "libm_store": store_core_outputs(libm_fn, nin=nin, nout=nout), "_has_nan": _has_nan(),
+               "_pm_asc": arrays.ascontiguous1}
 
         @overload(elemwise)
         def ov_elemwise(*inputs):

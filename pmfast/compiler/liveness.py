@@ -1,0 +1,91 @@
+"""numba's live-variable analysis with work lists instead of sweeps over every block.
+
+``numba.core.analysis.compute_live_map`` (which numba's post-processor runs after every pass that
+changes the control flow: ``VariableLifetime``) solves two data-flow problems by sweeping all blocks,
+in the dict's order, until no set grows: the variables used or defined in a block reaching each
+block (forwards), then the variables live at each block's entry (backwards). Each sweep unions
+sets of every block's variables; the number of sweeps grows with how far a change travels against
+the dict's order. After numba inlines an entry's node functions, each callee's blocks sit at the
+end of the dict while control returns to the caller's blocks before them, so the sweeps number in
+the dozens (bayesian_var_ireland's entry: 416 blocks, 2,774 variables, 0.9 of the 1.5 CPU s this
+analysis took in a 13 CPU s cold compile).
+
+:func:`compute_live_map` solves the same equations with work lists, first in the control flow's
+topological order (its reverse for liveness), then a block whose set grew queues only the blocks
+its set flows to. Both are chaotic iterations of the same monotone equations from
+the same initial sets, so both end at their least solution: the same sets (``live_map`` in the
+blocks' order, as numba's). ``tests/test_compiler_liveness.py`` compares them on random control
+flow graphs and on numba's own functions.
+
+Compile-scoped (:func:`install`: numba's function outside pmfast's compiles and in other threads).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+
+_installed = False
+
+
+def _order(cfg, labels) -> list:
+    """``labels`` in the control flow's topological order (back edges ignored), the others after:
+    the first pass over them in this order (or its reverse, for a backward problem) settles every
+    set of a loop-free graph."""
+    try:
+        topo = [b for b in cfg.topo_order() if b in labels]
+    except (AttributeError, KeyError):
+        topo = []
+    seen = set(topo)
+    return topo + [b for b in labels if b not in seen]
+
+
+def compute_live_map(cfg, blocks, var_use_map, var_def_map):
+    """The variables live at the entry of each block (numba's ``compute_live_map``, same result)."""
+    # reaching uses and definitions: D[b] >= use[b] | def[b] for the blocks of var_def_map, and
+    # D[s] >= D[b] for each successor s of such a block b
+    forward = _order(cfg, var_def_map)
+    reach: dict = defaultdict(set)
+    for b in var_def_map:
+        reach[b] |= var_def_map[b] | var_use_map[b]
+    work, queued = deque(forward), set(forward)
+    while work:
+        b = work.popleft()
+        queued.discard(b)
+        src = reach[b]
+        for s, _ in cfg.successors(b):
+            dst = reach[s]
+            n = len(dst)
+            dst |= src
+            if len(dst) != n and s in var_def_map and s not in queued:
+                work.append(s)
+                queued.add(s)
+    # liveness: L[b] >= use[b], and L[p] >= (L[b] & D[p]) - def[p] for each predecessor p of b
+    live_map = {b: set(var_use_map[b]) for b in blocks.keys()}
+    backward = _order(cfg, live_map)[::-1]
+    work, queued = deque(backward), set(backward)
+    while work:
+        b = work.popleft()
+        queued.discard(b)
+        live = live_map[b]
+        for p, _ in cfg.predecessors(b):
+            dst = live_map[p]
+            n = len(dst)
+            dst |= (live & reach[p]) - var_def_map[p]
+            if len(dst) != n and p not in queued:
+                work.append(p)
+                queued.add(p)
+    return live_map
+
+
+def install() -> None:
+    """Make ``numba.core.analysis.compute_live_map`` use :func:`compute_live_map` inside pmfast's
+    compiles (installed once per process; numba's post-processor looks it up on the module)."""
+    global _installed
+    if _installed:
+        return
+    from numba.core import analysis
+
+    from pmfast.compiler.patching import scoped
+
+    analysis.compute_live_map = scoped(analysis.compute_live_map, compute_live_map)
+    _installed = True
