@@ -52,7 +52,8 @@ def enable(passes: PassSelection = "all") -> None:
     """
     from pytensor.compile import optdb
 
-    selected = registry.select(passes)
+    routed = registry.select(passes)
+    selected = [p for p in routed if p.plugin]
     disable()
     for p in selected:
         for entry, _ in p.entries:
@@ -61,7 +62,7 @@ def enable(passes: PassSelection = "all") -> None:
         for database, entry in p.nested:
             registry.stock_database(database).add_tags(entry, "numba")
             _enabled_nested.append((database, entry))
-    _route_nutpie(tuple(p.name for p in selected))
+    _route_nutpie(tuple(p.name for p in routed))
 
 
 def disable() -> None:
