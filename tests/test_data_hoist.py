@@ -245,3 +245,18 @@ def test_pass_is_selectable():
     model = log_pow_model()
     fn, _ = pmfast.logp_dlogp_function(model, WITHOUT)
     assert not any(v.name.startswith(data_hoist.HOISTED_PREFIX) for v in fn.get_shared())
+
+
+def test_scalar_data_value_is_hoisted_as_0d():
+    """sum(log(x)) is a 0-d hoisted input (stored as a 0-d array, not a 1-element vector)."""
+    x = pytensor.shared(np.linspace(0.5, 2.0, 7), name="x")
+    p = pt.dvector("p")
+    logp = (pt.sqr(p) * pt.log(x).sum()).sum()
+    fn = pytensor.function([p], [logp, pytensor.grad(logp, p)], mode=pmfast.get_mode("all"))
+    new, derivation = data_hoist.hoist(fn)
+    assert derivation is not None
+    (value,) = derivation({"x": x.get_value()}).values()
+    assert value.ndim == 0 and value == pytest.approx(np.log(x.get_value()).sum(), rel=1e-14)
+    v = np.linspace(-1, 1, 3)
+    for a, b in zip(new(v), fn(v), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-14)

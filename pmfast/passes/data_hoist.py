@@ -41,7 +41,8 @@ shapes from ``user_data`` like any shared variable's.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
 
 import numpy as np
 from pytensor.compile.ops import TypeCastingOp
@@ -150,15 +151,49 @@ def _view_root(var):
     return var
 
 
+def _plain_elemwise(node) -> bool:
+    from pytensor.tensor.elemwise import Elemwise
+
+    return type(node.op) is Elemwise
+
+
+def _out_of_place(fgraph, hoisted) -> list:
+    """``(old, new)`` output pairs: the plain ``Elemwise`` nodes that would overwrite a hoisted value
+    (through a view of it) in place, made to write a new array instead."""
+    from pytensor.tensor.elemwise import Elemwise
+
+    hoisted = set(hoisted)
+    pairs = []
+    for node in fgraph.apply_nodes:
+        if not _plain_elemwise(node) or not node.op.destroy_map:
+            continue
+        drop = set()
+        for o, i in node.op.inplace_pattern.items():
+            var = node.inputs[i]
+            while var not in hoisted and var.owner is not None:
+                views = getattr(var.owner.op, "view_map", {}).get(var.owner.outputs.index(var))
+                if not views:
+                    break
+                var = var.owner.inputs[views[0]]
+            if var in hoisted:
+                drop.add(o)
+        if drop:
+            pattern = {o: i for o, i in node.op.inplace_pattern.items() if o not in drop}
+            new = Elemwise(node.op.scalar_op, pattern).make_node(*node.inputs)
+            pairs += [(a, b) for a, b in zip(node.outputs, new.outputs, strict=True)]
+    return pairs
+
+
 def _blocked_nodes(fgraph, leaves) -> set:
     """Data nodes whose outputs an in-place node would overwrite after they are read as hoisted.
 
     A data variable that some in-place node destroys shares its memory with every variable
-    viewing the same root. If the destroyer is not a data node (the kernel overwrites it), or any
-    variable sharing that memory is read outside the data region (it would be a hoisted value,
-    read after the derivation overwrote it), all their owners are blocked: that memory is made
-    by the kernel, as before. An in-place node inside the data region overwriting memory nothing
-    outside reads is left alone (the derivation orders it as the kernel did).
+    viewing the same root. If the destroyer is a kernel node other than a plain ``Elemwise``
+    (those are made out-of-place instead, :func:`_out_of_place`), or a data node overwriting
+    memory that is read outside the data region (a hoisted value, read after the derivation
+    overwrote it), all their owners are blocked: that memory is made by the kernel, as before. An
+    in-place node inside the data region overwriting memory nothing outside reads is left alone
+    (the derivation orders it as the kernel did).
     """
     from pytensor.graph.fg import Output
 
@@ -183,6 +218,8 @@ def _blocked_nodes(fgraph, leaves) -> set:
                     )
                     if destroyer_is_data and not read_outside:
                         continue
+                    if not destroyer_is_data and _plain_elemwise(node):
+                        continue  # made out-of-place where it would overwrite a hoisted value (hoist)
                     for v in shared:
                         if v.owner not in blocked:
                             blocked.add(v.owner)
@@ -206,7 +243,9 @@ def boundaries(fgraph, leaves) -> list:
             if var not in data or isinstance(var, Constant) or not _is_tensor(var):
                 continue
             readers = fgraph.clients[var]
-            if any(isinstance(c.op, Output) or any(o not in data for o in c.outputs) for c, _ in readers):
+            if any(isinstance(c.op, Output) for c, _ in readers):
+                continue  # an output that is an input would alias the caller's result with stored data
+            if any(o not in data for c, _ in readers for o in c.outputs):
                 out.append(var)
     return out
 
@@ -254,13 +293,16 @@ class Derivation:
     sources: tuple[str, ...]
     dtypes: tuple[str, ...]
     fn: object
+    lock: object = field(default_factory=threading.Lock, compare=False, repr=False)
+    """A pytensor function reuses its storage: one call at a time (fits may swap data in threads)."""
 
     def __call__(self, data) -> dict[str, np.ndarray]:
         """``{name: value}`` from ``data`` (the shared arrays by name), C-contiguous and read-only."""
-        values = self.fn(*[data[s] for s in self.sources])
+        with self.lock:
+            values = [np.array(v, copy=True) for v in self.fn(*[data[s] for s in self.sources])]
         out = {}
         for name, dtype, value in zip(self.names, self.dtypes, values, strict=True):
-            array = np.array(value, dtype=dtype, order="C", copy=True)
+            array = np.asarray(value, dtype=dtype, order="C")
             array.flags.writeable = False
             out[name] = array
         return out
@@ -320,6 +362,9 @@ def hoist(fn, kind: str = "logp"):
     new_fg = FunctionGraph([memo[i] for i in fgraph.inputs], [memo[o] for o in out_vars], clone=False)
     new_fg.update_mapping = fgraph.update_mapping
     ins = [_copy(i) for i in maker.inputs]
+    hoisted = [memo[candidates[k]] for k in keep]
+    for old, new in _out_of_place(new_fg, hoisted):
+        new_fg.replace(old, new, reason=PASS_NAME)
     for name, k in zip(names, keep, strict=True):
         var = candidates[k]
         sv = pytensor.shared(stored[name], name=name, shape=var.type.shape, borrow=True)
@@ -395,12 +440,13 @@ class MarkDataOnly(GraphRewriter):
         global VIEW_OPS
         if not VIEW_OPS:
             VIEW_OPS = _view_ops()
-        pairs = []
-        for var in boundaries(fgraph, leaves):
-            if var.owner is None or isinstance(var.owner.op, HoistMark) or not worth(var, leaves):
+        pairs, marked = [], []
+        for var in boundaries(fgraph, leaves):  # a view of a marked value is read as a view of it
+            if var.owner is None or isinstance(var.owner.op, HoistMark) or not worth(var, leaves + marked):
                 continue
-            if any(_costly(n) for n in subgraph(var, leaves)):
+            if any(_costly(n) for n in subgraph(var, leaves + marked)):
                 pairs.append((var, HoistMark()(var)))
+                marked.append(var)
         for old, new in pairs:
             try:
                 fgraph.replace_validate(old, new, reason=PASS_NAME)
