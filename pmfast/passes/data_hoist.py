@@ -6,10 +6,12 @@ A model's logp+gradient graph often holds subgraphs whose inputs are only shared
 Stock pytensor folds constants, not shared variables, so the sampler's kernel recomputes them at
 every gradient (malaria_hsgp: its basis was 92% of the gradient).
 
-This pass works on the *compiled* function (after every optdb rewrite, so it sees the graph the
-kernel runs, fused and specialised): it runs in :mod:`pmfast.nutpie_glue` and
-:func:`pmfast.logp_dlogp_function` when ``data_hoist`` is selected, not in optdb (a rewrite can
-not add an input to the graph it rewrites; the plugin path therefore never hoists).
+The pass has two steps. :class:`MarkDataOnly` (optdb 47.4, before fusion) puts an identity
+view :class:`HoistMark` on each costly data-only subgraph's output, so fusion does not fold
+``log(x)`` into the likelihood's loop. :func:`hoist` then works on the *compiled* function
+(after every rewrite: the graph the kernel runs), in :mod:`pmfast.nutpie_glue` and
+:func:`pmfast.logp_dlogp_function`: a rewrite cannot add an input to the graph it rewrites. The
+plugin (:func:`pmfast.enable`) runs neither (``Pass.plugin`` is False).
 
 What it matches. A variable is *data* when it is a shared tensor input of the graph, a
 constant, or an output of a node all of whose inputs are data, unless the node is stateful
