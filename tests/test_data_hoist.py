@@ -260,3 +260,16 @@ def test_scalar_data_value_is_hoisted_as_0d():
     v = np.linspace(-1, 1, 3)
     for a, b in zip(new(v), fn(v), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-14)
+
+
+def test_plugin_neither_marks_nor_hoists():
+    """Under pmfast.enable() the stock NUMBA mode cannot take new inputs: no HoistMark either."""
+    x = pytensor.shared(np.linspace(0.5, 2.0, 7), name="x")
+    p = pt.dvector("p")
+    out = (p * pt.log(x)).sum()
+    with pmfast.enabled():
+        assert data_hoist.PASS_NAME not in pmfast.is_enabled()
+        fn = pytensor.function([p], out, mode="NUMBA")
+    assert not any(isinstance(n.op, data_hoist.HoistMark) for n in fn.maker.fgraph.apply_nodes)
+    marked = pytensor.function([p], out, mode=pmfast.get_mode("all"))
+    assert any(isinstance(n.op, data_hoist.HoistMark) for n in marked.maker.fgraph.apply_nodes)
