@@ -41,6 +41,7 @@ def _route_nutpie(passes: tuple[str, ...]) -> None:
         return pmfast_compile(model, passes=passes, **kwargs)
 
     compile_pymc_model.__wrapped__ = original
+    compile_pymc_model.passes = passes
     _routed["compile_pymc_model"] = original
     nutpie.compile_pymc_model = compile_pymc_model
 
@@ -93,7 +94,10 @@ def is_enabled() -> list[str]:
 @contextlib.contextmanager
 def enabled(passes: PassSelection = "all"):
     """``with pmfast.enabled():`` — the plugin, scoped; restores the previous state on exit."""
-    previous = is_enabled() if _routed else None
+    import nutpie
+
+    # the routed selection: it also holds passes the stock mode never runs (data_hoist)
+    previous = list(getattr(nutpie.compile_pymc_model, "passes", is_enabled())) if _routed else None
     enable(passes)
     try:
         yield

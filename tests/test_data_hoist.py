@@ -273,3 +273,15 @@ def test_plugin_neither_marks_nor_hoists():
     assert not any(isinstance(n.op, data_hoist.HoistMark) for n in fn.maker.fgraph.apply_nodes)
     marked = pytensor.function([p], out, mode=pmfast.get_mode("all"))
     assert any(isinstance(n.op, data_hoist.HoistMark) for n in marked.maker.fgraph.apply_nodes)
+
+
+def test_plugin_routes_nutpie_with_data_hoist_after_a_nested_scope():
+    """pmfast.compile, which nutpie's compile is routed to, hoists; a nested scope restores that."""
+    import nutpie
+
+    with pmfast.enabled():
+        assert data_hoist.PASS_NAME in nutpie.compile_pymc_model.passes
+        with pmfast.enabled(["scalarize"]):
+            assert data_hoist.PASS_NAME not in nutpie.compile_pymc_model.passes
+        assert data_hoist.PASS_NAME in nutpie.compile_pymc_model.passes
+    assert not hasattr(nutpie.compile_pymc_model, "passes")
