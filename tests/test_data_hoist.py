@@ -285,3 +285,14 @@ def test_plugin_routes_nutpie_with_data_hoist_after_a_nested_scope():
             assert data_hoist.PASS_NAME not in nutpie.compile_pymc_model.passes
         assert data_hoist.PASS_NAME in nutpie.compile_pymc_model.passes
     assert not hasattr(nutpie.compile_pymc_model, "passes")
+
+
+def test_a_failing_derivation_declines(monkeypatch):
+    """Anything failing inside the hoisting leaves the compiled function as it was."""
+    fn = _outer_model(pt.sin)
+
+    def broken(fn):
+        raise RuntimeError("no derivation today")
+
+    monkeypatch.setattr(data_hoist, "_derivation_mode", broken)
+    assert data_hoist.hoist(fn) == (fn, None)

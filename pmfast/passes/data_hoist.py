@@ -321,7 +321,16 @@ def _derivation_mode(fn):
 
 def hoist(fn, kind: str = "logp"):
     """``(fn', derivation)``: compiled function ``fn`` with its hoistable data-only subgraphs as new
-    shared inputs (see the module docstring), or ``(fn, None)`` when there is none."""
+    shared inputs (see the module docstring), or ``(fn, None)`` when there is none or hoisting
+    fails (``fn`` itself is never changed: the pass declines, the compile goes on)."""
+    try:
+        return _hoist(fn, kind)
+    except Exception:
+        logging.getLogger(__name__).debug("data_hoist: declined for %s", kind, exc_info=True)
+        return fn, None
+
+
+def _hoist(fn, kind):
     import pytensor
     from pytensor.compile.io import In
     from pytensor.graph.basic import clone_get_equiv
