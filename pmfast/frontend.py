@@ -210,9 +210,14 @@ def logp_dlogp_function(model, passes: PassSelection = "all", *, seed: int = 0):
 
     from pmfast.compiler import patching
 
+    from pmfast.passes import data_hoist
+
     joined, logp, grad, names, _ = logp_dlogp_graph(model)
+    selected = [p.name for p in registry.select(passes)]
     with model, patching.compiling():
-        fn = compile_pymc((joined,), (logp, grad), mode=get_mode(passes))
+        fn = compile_pymc((joined,), (logp, grad), mode=get_mode(selected))
+        if data_hoist.PASS_NAME in selected:
+            fn, _ = data_hoist.hoist(fn, "logp")
     point = make_initial_point_fn(model=model, return_transformed=True)(seed)
     x0 = np.concatenate([np.asarray(point[n], dtype="float64").ravel() for n in names])
     return fn, x0

@@ -11,6 +11,7 @@ nutpie changes any of the helpers.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import sys
 import threading
 import time
@@ -56,6 +57,22 @@ class PmfastCompiledModel(_np_compile.CompiledPyMCModel):
     """CPU seconds of this process per stage (``timings`` are wall seconds)."""
     fallback: str | None = None
     """Why pmfast's compile failed, when nutpie's stock compile made this model instead."""
+    derived_data: dict = field(default_factory=dict)
+    """Arrays computed from ``shared_data`` by the ``data_hoist`` pass, read by the kernels like shared data."""
+    derivations: tuple = ()
+    """How ``derived_data`` is computed (:class:`pmfast.passes.data_hoist.Derivation`)."""
+
+    def with_data(self, **updates):
+        """nutpie's ``with_data``, and the arrays derived from the data computed again from the new data."""
+        new = super().with_data(**updates)
+        stale = [d for d in self.derivations if set(updates) & set(d.sources)]
+        if not stale:
+            return new
+        derived = dict(self.derived_data)
+        for derivation in stale:
+            derived.update(derivation(new.shared_data))
+        user_data = _np_compile.update_user_data(new.user_data, derived)
+        return dataclasses.replace(new, user_data=user_data, derived_data=derived)
 
 
 def as_pmfast_model(compiled, *, fallback: str | None = None) -> PmfastCompiledModel:
@@ -194,6 +211,7 @@ def _compile_numba(
     from pymc.model.transform.optimization import freeze_dims_and_data
 
     from pmfast.compiler import callbacks, entry, handover
+    from pmfast.passes import data_hoist
 
     timings: dict[str, float] = {}
     cpu_timings: dict[str, float] = {}
@@ -228,21 +246,31 @@ def _compile_numba(
             )
         )
 
-    shared_data, shared_vars = {}, {}
+    derivations = ()
+    if data_hoist.PASS_NAME in passes:
+        with timed("data_hoist"):
+            logp_fn_pt, logp_derived = data_hoist.hoist(logp_fn_pt, "logp")
+            expand_fn_pt, expand_derived = data_hoist.hoist(expand_fn_pt, "expand")
+            derivations = tuple(d for d in (logp_derived, expand_derived) if d is not None)
+    derived_names = {name for d in derivations for name in d.names}
+
+    shared_data, shared_vars, derived_data = {}, {}, {}
     seen = set()
     for val in [*logp_fn_pt.get_shared(), *expand_fn_pt.get_shared()]:
-        if val.name in shared_data and val not in seen:
+        if val.name in shared_vars and val not in seen:
             raise ValueError(f"Shared variables must have unique names: {val.name}")
-        shared_data[val.name] = np.array(val.get_value(), order="C", copy=True)
+        store = derived_data if val.name in derived_names else shared_data
+        store[val.name] = np.array(val.get_value(), order="C", copy=True)
         shared_vars[val.name] = val
         seen.add(val)
-    for val in shared_data.values():
+    for val in (*shared_data.values(), *derived_data.values()):
         val.flags.writeable = False
-    user_data = callbacks.with_header(_np_compile.make_user_data(shared_vars, shared_data))
+    user_data = callbacks.with_header(_np_compile.make_user_data(shared_vars, {**shared_data, **derived_data}))
 
     def spec(kind, fn, n_out):
         names = [v.name for v in fn.get_shared()]
-        return entry.describe(kind, fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_out)
+        data = {**shared_data, **derived_data}
+        return entry.describe(kind, fn, user_data, names, [data[n].dtype for n in names], n_dim, n_out)
 
     prepared = {
         "logp": entry.prepare_entry(spec("logp", logp_fn_pt, n_dim), logp_fn_pt),
@@ -305,6 +333,8 @@ def _compile_numba(
         timings=timings,
         kernels=(entries["logp"], entries["expand"]),
         cpu_timings=cpu_timings,
+        derived_data=derived_data,
+        derivations=derivations,
     )
 
 

@@ -41,6 +41,7 @@ def _route_nutpie(passes: tuple[str, ...]) -> None:
         return pmfast_compile(model, passes=passes, **kwargs)
 
     compile_pymc_model.__wrapped__ = original
+    compile_pymc_model.passes = passes
     _routed["compile_pymc_model"] = original
     nutpie.compile_pymc_model = compile_pymc_model
 
@@ -52,7 +53,8 @@ def enable(passes: PassSelection = "all") -> None:
     """
     from pytensor.compile import optdb
 
-    selected = registry.select(passes)
+    routed = registry.select(passes)
+    selected = [p for p in routed if p.plugin]
     disable()
     for p in selected:
         for entry, _ in p.entries:
@@ -61,7 +63,7 @@ def enable(passes: PassSelection = "all") -> None:
         for database, entry in p.nested:
             registry.stock_database(database).add_tags(entry, "numba")
             _enabled_nested.append((database, entry))
-    _route_nutpie(tuple(p.name for p in selected))
+    _route_nutpie(tuple(p.name for p in routed))
 
 
 def disable() -> None:
@@ -92,7 +94,10 @@ def is_enabled() -> list[str]:
 @contextlib.contextmanager
 def enabled(passes: PassSelection = "all"):
     """``with pmfast.enabled():`` — the plugin, scoped; restores the previous state on exit."""
-    previous = is_enabled() if _routed else None
+    import nutpie
+
+    # the routed selection: it also holds passes the stock mode never runs (data_hoist)
+    previous = list(getattr(nutpie.compile_pymc_model, "passes", is_enabled())) if _routed else None
     enable(passes)
     try:
         yield

@@ -37,7 +37,7 @@ def test_compiled_model_fields_cover_ours():
 
     theirs = {f.name for f in dataclasses.fields(compile_pymc.CompiledPyMCModel)}
     ours = {f.name for f in dataclasses.fields(nutpie_glue.PmfastCompiledModel)}
-    assert ours - theirs == {"passes", "timings", "cpu_timings", "kernels", "fallback"}
+    assert ours - theirs == {"passes", "timings", "cpu_timings", "kernels", "fallback", "derived_data", "derivations"}
 
 
 def test_glue_mirrors_nutpie_numba_path():

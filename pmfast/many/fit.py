@@ -113,7 +113,8 @@ def kernel_error(compiled, x, expand: bool = False) -> str:
     """The error the compiled graph raises at ``x`` with ``compiled``'s data (the C callbacks only return a code)."""
     fn = compiled.expand_func if expand else compiled.logp_func
     try:
-        fn.vm.jit_fn(x, *[compiled.shared_data[v.name] for v in fn.get_shared()])
+        data = {**compiled.shared_data, **getattr(compiled, "derived_data", {})}
+        fn.vm.jit_fn(x, *[data[v.name] for v in fn.get_shared()])
     except Exception as exc:
         return f"{type(exc).__name__}: {one_line(exc)}"
     return "an error inside the compiled function (are the data lengths consistent?)"

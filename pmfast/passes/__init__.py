@@ -19,6 +19,9 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              before save-mem drops dead outputs
     1.61   scan_save_mem
     2      specialize
+  * 47.4   data_hoist        costly data-only subgraphs (an HSGP basis, log(x) of pm.Data) marked
+                             so fusion keeps them apart; after every rewrite, hoisted from the
+                             compiled function as inputs computed once per dataset
   * 47.5   sum_of_products   sum(x * y, axis=k) of broadcast 3-d factors (a solve's gradient
                              under Blockwise) as one matrix product; before fusion takes the Mul
     48     add_mul_fusion    (flattens Add/Mul: anything split earlier is undone)

@@ -32,6 +32,9 @@ class Pass:
     nested: list[tuple[str, str]] = field(default_factory=list)
     #: stock rewrites this pass stands in for, excluded from a mode that selects it
     replaces: tuple[str, ...] = ()
+    #: whether the plugin (:func:`pmfast.enable`) adds this pass to the stock NUMBA mode (a pass that
+    #: prepares for pmfast's compile path only, e.g. ``data_hoist``'s marks, does not)
+    plugin: bool = True
 
     @property
     def tag(self) -> str:
@@ -192,4 +195,5 @@ BUILTIN: list[str] = [
     "pmfast.passes.early_diag",
     "pmfast.passes.cholesky_grad",
     "pmfast.passes.sum_of_products",
+    "pmfast.passes.data_hoist",
 ]
