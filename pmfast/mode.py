@@ -17,13 +17,19 @@ PassSelection = str | Iterable[str] | None
 def get_mode(passes: PassSelection = "all"):
     """A numba ``Mode``: stock NUMBA rewrites plus the selected pmfast passes, pmfast's linker.
 
-    ``passes="none"`` is exactly the stock NUMBA pipeline (pytensor's linker).
+    ``passes="none"`` is exactly the stock NUMBA pipeline (pytensor's linker); ``"all"`` leaves out
+    the passes only pmfast's own compile paths complete (``Pass.plugin`` False: ``data_hoist``).
     """
     from pytensor.compile.mode import Mode
     from pytensor.graph.rewriting.db import RewriteDatabaseQuery
     from pytensor.link.numba.linker import NumbaLinker
 
     selected = registry.select(passes)
+    if passes == "all":
+        # a pass that only prepares pmfast's own compile paths (data_hoist's marks, hoisted by
+        # pmfast.compile and logp_dlogp_function, which name their passes) stays out of the default
+        # mode: under a bare pytensor.function its marks would only keep fusion from merging terms
+        selected = [p for p in selected if p.plugin]
     tags = [p.tag for p in selected]
     linker = NumbaLinker()
     if selected:

@@ -12,6 +12,8 @@ from pmfast.compiler.callbacks import logp_at
 from pmfast.passes import data_hoist
 
 WITHOUT = [p.name for p in pmfast.passes.available() if p.name != data_hoist.PASS_NAME]
+#: every pass by name: a mode naming data_hoist marks (get_mode("all") leaves it to pmfast's compile paths)
+EVERY_PASS = [p.name for p in pmfast.passes.available()]
 
 
 def hsgp_model(n=30, seed=0):
@@ -252,7 +254,7 @@ def test_scalar_data_value_is_hoisted_as_0d():
     x = pytensor.shared(np.linspace(0.5, 2.0, 7), name="x")
     p = pt.dvector("p")
     logp = (pt.sqr(p) * pt.log(x).sum()).sum()
-    fn = pytensor.function([p], [logp, pytensor.grad(logp, p)], mode=pmfast.get_mode("all"))
+    fn = pytensor.function([p], [logp, pytensor.grad(logp, p)], mode=pmfast.get_mode(EVERY_PASS))
     new, derivation = data_hoist.hoist(fn)
     assert derivation is not None
     (value,) = derivation({"x": x.get_value()}).values()
@@ -263,7 +265,8 @@ def test_scalar_data_value_is_hoisted_as_0d():
 
 
 def test_plugin_neither_marks_nor_hoists():
-    """Under pmfast.enable() the stock NUMBA mode cannot take new inputs: no HoistMark either."""
+    """Under pmfast.enable() the stock NUMBA mode cannot take new inputs: no HoistMark either; nor
+    under get_mode("all") (a bare pytensor.function never hoists); a mode naming the pass marks."""
     x = pytensor.shared(np.linspace(0.5, 2.0, 7), name="x")
     p = pt.dvector("p")
     out = (p * pt.log(x)).sum()
@@ -271,7 +274,9 @@ def test_plugin_neither_marks_nor_hoists():
         assert data_hoist.PASS_NAME not in pmfast.is_enabled()
         fn = pytensor.function([p], out, mode="NUMBA")
     assert not any(isinstance(n.op, data_hoist.HoistMark) for n in fn.maker.fgraph.apply_nodes)
-    marked = pytensor.function([p], out, mode=pmfast.get_mode("all"))
+    bare = pytensor.function([p], out, mode=pmfast.get_mode("all"))
+    assert not any(isinstance(n.op, data_hoist.HoistMark) for n in bare.maker.fgraph.apply_nodes)
+    marked = pytensor.function([p], out, mode=pmfast.get_mode(EVERY_PASS))
     assert any(isinstance(n.op, data_hoist.HoistMark) for n in marked.maker.fgraph.apply_nodes)
 
 
