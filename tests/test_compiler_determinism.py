@@ -43,3 +43,24 @@ def test_with_a_plain_set_the_order_follows_addresses(monkeypatch):
         for order in (xs, xs[::-1]):
             other += not equal_computations([_first_length(order)], [order[0].shape[0]])
     assert other > 0
+
+
+def test_a_composite_s_loop_key_does_not_change_when_pytensor_prints_it():
+    """``Composite.__str__`` names the scalar variables used twice ``t<k>`` by their place in a set
+    ordered by address (pytensor prints graphs while converting them): the loop pmfast writes for
+    the Composite, and so its cache key, must not depend on those names."""
+    import pytensor.scalar as ps
+    from pytensor.tensor.elemwise import Elemwise
+
+    from pmfast.compiler import ops
+
+    a, b = ps.float64("a"), ps.float64("b")
+    t = ps.exp(a) + b
+    u = ps.log(t) * a
+    comp = ps.Composite([a, b], [t * t + u * u])
+    node = Elemwise(comp)(pt.vector("x"), pt.vector("y")).owner
+    _, before = ops._elemwise(node.op, node)
+    str(comp)  # names t and u after their places in fgraph.variables
+    assert any(v.name and v.name.startswith("t") for v in comp.fgraph.variables)
+    _, after = ops._elemwise(node.op, node)
+    assert before is not None and after == before

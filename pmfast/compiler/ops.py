@@ -109,6 +109,37 @@ def _star_call(call) -> bool:
     return len(call.args) > MAX_ARITY or any(isinstance(a, ast.Starred) for a in call.args)
 
 
+def _local_names_in_order(fdef):
+    """``fdef`` with its arguments and assigned names renamed ``_pm_v0, _pm_v1, …`` in order of appearance.
+
+    pytensor writes a Composite's function with its scalar variables' names, and
+    ``Composite.__str__`` (pytensor prints graphs while converting them) names the
+    variables used twice ``t<k>``, ``k`` their place in a set ordered by memory address:
+    once a Composite has been printed, each process wrote different source for it, and
+    the source is part of the cache key (a data-hoisted copy of a compiled graph missed
+    the cache in every process). Renaming the locals changes nothing else: globals (the
+    scalar functions, constants) keep their names.
+    """
+    import ast
+
+    names: dict[str, str] = {}
+
+    def local(name):
+        return names.setdefault(name, f"_pm_v{len(names)}")
+
+    for a in fdef.args.args:
+        a.arg = local(a.arg)
+    for stmt in fdef.body:
+        for target in getattr(stmt, "targets", ()):
+            for n in ast.walk(target):
+                if isinstance(n, ast.Name):
+                    local(n.id)
+    for n in ast.walk(fdef):
+        if isinstance(n, ast.Name) and n.id in names:
+            n.id = names[n.id]
+    return fdef
+
+
 def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
     """Statements computing ``temps`` from ``ins`` with ``scalar_op``, and the globals they need.
 
@@ -146,7 +177,7 @@ def _scalar_code(scalar_op, scalar_fn, ins, temps) -> tuple[list[str], dict]:
     if isinstance(scalar_op, Composite):
         fdef = ast.parse(scalar_fn.py_func.__source__).body[0]
         ok = isinstance(fdef, ast.FunctionDef) and not fdef.args.vararg and len(fdef.args.args) == len(ins)
-        fdef = fdef if ok and isinstance(fdef.body[-1], ast.Return) else None
+        fdef = _local_names_in_order(fdef) if ok and isinstance(fdef.body[-1], ast.Return) else None
     if fdef is None:
         env["scalar_fn"] = (len(ins) <= MAX_ARITY and inline.scalar_inline_version(scalar_fn)) or scalar_fn
         return [f"{', '.join(temps)} = scalar_fn({', '.join(ins)})"], env
