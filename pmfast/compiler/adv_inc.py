@@ -75,6 +75,18 @@ def _length(node) -> int | None:
     return None if form is None else form[1]
 
 
+def index_loop(n: int, s: int, idx: list[str], statement: str) -> list[str]:
+    """Lines of the loop over the ``n`` positions ``k`` of the index vectors, one loop per leading full
+    slice (``j0, j1, …``) inside it, and ``statement`` innermost, where ``{item}`` stands for the element
+    of ``x`` read or written there (``x[j0, …, idx_s[k], …]``). Shared with :mod:`pmfast.compiler.adv_sub`."""
+    lead = [f"j{a}" for a in range(s)]
+    item = f"x[{', '.join([*lead, *(f'{i}[k]' for i in idx[s:])])}]"
+    lines = [f"for k in range({n}):"]
+    lines += ["    " * (a + 1) + f"for j{a} in range(x.shape[{a}]):" for a in range(s)]
+    lines.append("    " * (s + 1) + statement.format(item=item))
+    return lines
+
+
 def source(ndim: int, y_ndim: int, y_len: int | None, n: int, set_: bool, inplace: bool, s: int = 0) -> str:
     """Source of the node function ``name(x, y, idx0, …)``: ``s`` leading full slices, then index vectors."""
     name = f"{'set' if set_ else 'inc'}_advanced_integer_vector_indexing"
@@ -93,12 +105,8 @@ def source(ndim: int, y_ndim: int, y_len: int | None, n: int, set_: bool, inplac
         value = f"y[{', '.join([*lead, 'k * step'])}]"
     else:
         value = f"y[{', '.join([*lead, '0' if y_len == 1 and n != 1 else 'k'])}]"
-    target = f"x[{', '.join([*lead, *(f'{i}[k]' for i in idx[s:])])}]"
     lines += [] if inplace else ["x = _pm_copy(x)"]
-    lines.append(f"for k in range({n}):")
-    for a in range(s):
-        lines.append("    " * (a + 1) + f"for j{a} in range(x.shape[{a}]):")
-    lines.append("    " * (s + 1) + f"{target} {'=' if set_ else '+='} {value}")
+    lines += index_loop(n, s, idx, f"{{item}} {'=' if set_ else '+='} {value}")
     lines.append("return x")
     return f"def {name}(x, y, {', '.join(idx)}):\n" + "".join(f"    {line}\n" for line in lines)
 

@@ -20,6 +20,8 @@ import hashlib
 
 import numpy as np
 
+from pmfast.compiler.adv_inc import index_loop
+
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
 
@@ -58,13 +60,9 @@ def source(ndim: int, n: int, s: int = 0) -> str:
     """Source of the node function ``advanced_integer_vector_indexing(x, idx0, …)``: ``s`` leading
     full slices, then index vectors of length ``n`` (``ndim`` arguments after ``x``)."""
     idx = [f"idx{k}" for k in range(ndim)]
-    lead = [f"j{a}" for a in range(s)]
     shape = "".join(f"x.shape[{a}], " for a in range(s)) + f"{n},"
-    lines = [f"out = _pm_empty(({shape}), _pm_dtype)", f"for k in range({n}):"]
-    for a in range(s):
-        lines.append("    " * (a + 1) + f"for j{a} in range(x.shape[{a}]):")
-    source_item = f"x[{', '.join([*lead, *(f'{i}[k]' for i in idx[s:])])}]"
-    lines.append("    " * (s + 1) + f"out[{', '.join([*lead, 'k'])}] = {source_item}")
+    lines = [f"out = _pm_empty(({shape}), _pm_dtype)"]
+    lines += index_loop(n, s, idx, f"out[{', '.join([*(f'j{a}' for a in range(s)), 'k'])}] = {{item}}")
     lines.append("return out")
     return f"def advanced_integer_vector_indexing(x, {', '.join(idx)}):\n" + "".join(f"    {line}\n" for line in lines)
 
