@@ -39,6 +39,22 @@ def _order(cfg, labels) -> list:
     return topo + [b for b in labels if b not in seen]
 
 
+def _settle(order, neighbours, sets, flow, admit=lambda block: True) -> None:
+    """Grow ``sets[v] |= flow(b, v)`` along each edge ``b → v`` of ``neighbours(b)`` until nothing grows:
+    a work list started in ``order``; a block whose set grew is visited again if ``admit`` takes it."""
+    work, queued = deque(order), set(order)
+    while work:
+        b = work.popleft()
+        queued.discard(b)
+        for v, _ in neighbours(b):
+            dst = sets[v]
+            n = len(dst)
+            dst |= flow(b, v)
+            if len(dst) != n and admit(v) and v not in queued:
+                work.append(v)
+                queued.add(v)
+
+
 def compute_live_map(cfg, blocks, var_use_map, var_def_map):
     """The variables live at the entry of each block (numba's ``compute_live_map``, same result)."""
     # reaching uses and definitions: D[b] >= use[b] | def[b] for the blocks of var_def_map, and
@@ -47,33 +63,11 @@ def compute_live_map(cfg, blocks, var_use_map, var_def_map):
     reach: dict = defaultdict(set)
     for b in var_def_map:
         reach[b] |= var_def_map[b] | var_use_map[b]
-    work, queued = deque(forward), set(forward)
-    while work:
-        b = work.popleft()
-        queued.discard(b)
-        src = reach[b]
-        for s, _ in cfg.successors(b):
-            dst = reach[s]
-            n = len(dst)
-            dst |= src
-            if len(dst) != n and s in var_def_map and s not in queued:
-                work.append(s)
-                queued.add(s)
+    _settle(forward, cfg.successors, reach, lambda b, s: reach[b], admit=var_def_map.__contains__)
     # liveness: L[b] >= use[b], and L[p] >= (L[b] & D[p]) - def[p] for each predecessor p of b
     live_map = {b: set(var_use_map[b]) for b in blocks.keys()}
     backward = _order(cfg, live_map)[::-1]
-    work, queued = deque(backward), set(backward)
-    while work:
-        b = work.popleft()
-        queued.discard(b)
-        live = live_map[b]
-        for p, _ in cfg.predecessors(b):
-            dst = live_map[p]
-            n = len(dst)
-            dst |= (live & reach[p]) - var_def_map[p]
-            if len(dst) != n and p not in queued:
-                work.append(p)
-                queued.add(p)
+    _settle(backward, cfg.predecessors, live_map, lambda b, p: (live_map[b] & reach[p]) - var_def_map[p])
     return live_map
 
 
