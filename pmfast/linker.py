@@ -304,6 +304,7 @@ def _in_scope(dispatcher):
     Not a dispatcher (pytensor's tests evaluate numba functions as pure Python with ``numba_njit``
     mocked to return the function itself): returned as it is, there is nothing to compile.
     """
+    from pmfast.compiler import symbols
     from pmfast.compiler.patching import compiling
 
     compile_ = getattr(dispatcher, "compile", None)
@@ -311,7 +312,7 @@ def _in_scope(dispatcher):
         return dispatcher
 
     def compile(sig):
-        with compiling():
+        with compiling(), symbols.guarded():
             return compile_(sig)
 
     dispatcher.compile = compile
@@ -332,10 +333,13 @@ class ChunkedNumbaLinker(NumbaLinker):
         self.stats: dict[str, int] = {}
 
     def make_all(self, *args, **kwargs):
-        """pytensor's ``make_all`` inside pmfast's compile scope (:func:`pmfast.compiler.patching.compiling`)."""
+        """pytensor's ``make_all`` inside pmfast's compile scope (:func:`pmfast.compiler.patching.compiling`),
+        where code calling a symbol numba's JIT cannot resolve is a Python error, not an LLVM abort
+        (:func:`pmfast.compiler.symbols.guarded`)."""
+        from pmfast.compiler import symbols
         from pmfast.compiler.patching import compiling
 
-        with compiling():
+        with compiling(), symbols.guarded():
             return super().make_all(*args, **kwargs)
 
     def fgraph_convert(self, fgraph, **kwargs):

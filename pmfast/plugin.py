@@ -10,6 +10,10 @@ Until it is disabled, the plugin does two things:
   the same passes: pmfast's cached sampler callbacks and kernels, not only
   its graph passes. Other backends go to nutpie unchanged.
 
+It also defines the compiler-runtime helpers numba's JIT misses
+(:func:`pmfast.compiler.symbols.define_helpers`, process-wide and only adding what was undefined),
+so that the stock linker's integer powers link instead of aborting the process.
+
 It stands above :mod:`pmfast.frontend` (whose ``compile`` it routes to) and :mod:`pmfast.mode`.
 """
 
@@ -53,9 +57,14 @@ def enable(passes: PassSelection = "all") -> None:
     """
     from pytensor.compile import optdb
 
+    from pmfast.compiler import symbols
+
     routed = registry.select(passes)
     selected = [p for p in routed if p.plugin]
     disable()
+    # the stock linker links what pmfast's rewrites give it: an integer power LLVM lowers to a
+    # compiler-runtime call (``__powisf2``) must link, not abort (stock aborts on it too)
+    symbols.define_helpers()
     for p in selected:
         for entry, _ in p.entries:
             optdb.add_tags(entry, "numba")

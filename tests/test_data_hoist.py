@@ -296,8 +296,9 @@ def test_a_failing_derivation_declines(monkeypatch):
     """Anything failing inside the hoisting leaves the compiled function as it was."""
     fn = _outer_model(pt.sin)
 
-    def broken(fn):
+    def broken(*args):
         raise RuntimeError("no derivation today")
 
+    monkeypatch.setattr(data_hoist.data_eval.NumpyGraph, "__call__", broken)
     monkeypatch.setattr(data_hoist, "_derivation_mode", broken)
     assert data_hoist.hoist(fn) == (fn, None)

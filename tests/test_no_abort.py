@@ -220,3 +220,36 @@ def test_a_failed_compile_falls_back_to_stock(monkeypatch, small_model):
     with pytest.raises(symbols.UnresolvedSymbolError), warnings.catch_warnings():
         warnings.simplefilter("error", pmfast.FallbackWarning)
         pmfast.compile(small_model)
+
+
+_FLOAT32_POWER = """
+import sys
+import numpy as np, pytensor, pytensor.tensor as pt
+import pmfast
+d0 = pytensor.shared(np.array([3, 4, 1, 0, 2], dtype="uint8"), name="d0")
+d1 = pytensor.shared(np.array([2, 3, 5, 7, 1], dtype="uint8"), name="d1")
+out = pt.sqr(d1 ** abs(d0 - 0.5 * d0))  # float32 pow of uint8 data: LLVM's powi -> __powisf2
+if sys.argv[1] == "mode":
+    fn = pytensor.function([], [out], mode=pmfast.get_mode("all"))
+else:
+    with pmfast.enabled():
+        fn = pytensor.function([], [out], mode="NUMBA")
+print(repr(fn()[0].tolist()))
+"""
+
+
+@pytest.mark.parametrize("way", ["mode", "plugin"])
+def test_a_float32_power_of_integer_data_links_in_a_fresh_process(way, tmp_path):
+    """In a process that never compiled through pmfast's sampler path, ``pmfast.get_mode`` and the
+    plugin (the stock linker) link the ``__powisf2`` call LLVM makes of it: stock aborts there."""
+    import ast
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba"), "PYTENSOR_FLAGS": f"base_compiledir={tmp_path / 'pytensor'}"}
+    run = subprocess.run([sys.executable, "-c", _FLOAT32_POWER, way], capture_output=True, text=True, env=env, timeout=600)
+    assert run.returncode == 0, run.stderr[-2000:]
+    d0, d1 = np.array([3, 4, 1, 0, 2], dtype="uint8"), np.array([2, 3, 5, 7, 1], dtype="uint8")
+    want = np.square(d1.astype("float32") ** np.abs(d0 - np.float32(0.5) * d0))
+    np.testing.assert_allclose(ast.literal_eval(run.stdout.strip().splitlines()[-1]), want, rtol=1e-6)

@@ -403,12 +403,13 @@ def _positions(axes, array_shape, inputs, grid):
     return tuple(pos)
 
 
-def evaluate(loop: IndexedLoop, inputs, out_dtypes, scalar_impl=None):
+def evaluate(loop: IndexedLoop, inputs, out_dtypes, scalar_impl=None, array_impl=None):
     """Numpy reference of ``loop`` on ``inputs`` (a list of arrays, by node input position).
 
-    ``scalar_impl(*scalars)`` defaults to ``loop.scalar_op.impl``. Returns the
-    list of node outputs. Buffers are always copied (the reference never
-    mutates its inputs, whatever ``loop.inplace`` says).
+    ``scalar_impl(*scalars)`` defaults to ``loop.scalar_op.impl``, called per element;
+    ``array_impl(*operands)``, if given, computes the scalar op's outputs on the whole gathered
+    operands at once instead. Returns the list of node outputs. Buffers are always copied (the
+    reference never mutates its inputs, whatever ``loop.inplace`` says).
     """
     impl = scalar_impl or loop.scalar_op.impl
     inputs = [np.asarray(a) for a in inputs]
@@ -420,13 +421,16 @@ def evaluate(loop: IndexedLoop, inputs, out_dtypes, scalar_impl=None):
         arr = inputs[r.array]
         operands.append(np.broadcast_to(arr[_positions(r.axes, arr.shape, inputs, grid)], shape))
     nout = getattr(loop.scalar_op, "nout", 1)
-    results = [np.empty(shape, dtype=object) for _ in range(nout)]
-    for ix in np.ndindex(*shape):
-        res = impl(*(op[ix] for op in operands))
-        if nout == 1:
-            res = (res,)
-        for k in range(nout):
-            results[k][ix] = res[k]
+    if array_impl is not None:
+        results = [np.broadcast_to(r, shape) for r in array_impl(*operands)]
+    else:
+        results = [np.empty(shape, dtype=object) for _ in range(nout)]
+        for ix in np.ndindex(*shape):
+            res = impl(*(op[ix] for op in operands))
+            if nout == 1:
+                res = (res,)
+            for k in range(nout):
+                results[k][ix] = res[k]
     outs = []
     for w, dtype in zip(loop.writes, out_dtypes, strict=True):
         vals = results[w.output].astype(dtype)

@@ -31,9 +31,10 @@ subgraph. A boundary is hoisted when
 How it is safe. Each hoisted boundary becomes a new shared input (``__hoisted_<kind>_<k>``)
 of a copy of the compiled graph (``FunctionMaker`` with ``no_fgraph_prep``, as
 ``Function.copy`` does: no rewrite runs again). Its value is computed by
-:class:`Derivation`, a function of the shared inputs made of the same rewritten nodes (so the
-same floating-point operations, bit for bit where the kernel's fast-math flags allow) compiled
-without rewrites; a graph input is never destroyed by it, and a boundary that any in-place node
+:class:`Derivation`, a function of the shared inputs made of the same rewritten nodes (the same
+operations; their results agree with the kernel's to rounding), evaluated by numpy and scipy
+(:mod:`~pmfast.passes.data_eval`: code that runs once per dataset is not worth a numba compile),
+or by numba without rewrites where numpy cannot; a graph input is never destroyed by it, and a boundary that any in-place node
 destroys is never hoisted (the kernel would overwrite the stored value). The values are
 recomputed whenever the data change: ``PmfastCompiledModel.with_data`` (which ``fit_many``
 calls) derives them again from the new arrays. The kernel reads the hoisted arrays' pointers and
@@ -51,6 +52,7 @@ from pytensor.compile.ops import TypeCastingOp
 from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.rewriting.basic import GraphRewriter
 
+from pmfast.passes import data_eval
 from pmfast.passes.registry import record, register_pass
 
 PASS_NAME = "data_hoist"
@@ -287,8 +289,8 @@ def fits(var, value: np.ndarray, leaves, leaf_sizes: dict) -> bool:
 class Derivation:
     """The hoisted values of one compiled function as a function of its shared data.
 
-    ``fn(*sources)`` (a pytensor function of the hoisted nodes, compiled without rewrites)
-    returns one array per name in ``names``.
+    ``fn(*sources)`` (the hoisted nodes, evaluated by :func:`data_eval.evaluator`) returns one
+    array per name in ``names``.
     """
 
     names: tuple[str, ...]
@@ -317,6 +319,16 @@ def _derivation_mode(fn):
     from pytensor.compile.mode import Mode, get_mode
 
     return Mode(copy.copy(get_mode(fn.maker.mode).linker), optimizer=None)
+
+
+def _numba_derivation(fn, inputs, outputs):
+    """``compile()``: a pytensor function of ``inputs`` computing ``outputs`` with ``fn``'s linker."""
+    import pytensor
+
+    def compile():
+        return pytensor.function(inputs, outputs, mode=_derivation_mode(fn), accept_inplace=True, on_unused_input="ignore")
+
+    return compile
 
 
 def hoist(fn, kind: str = "logp"):
@@ -353,10 +365,8 @@ def _hoist(fn, kind):
     sources = sorted({a for v in candidates for n in subgraph(v, leaves) for a in n.inputs if a in shared}, key=fgraph.inputs.index)
     memo = {s: s.type() for s in sources}
     equiv = clone_get_equiv(sources, candidates, copy_inputs=False, memo=dict(memo))
-    derive = pytensor.function(
-        [memo[s] for s in sources], [equiv[v] for v in candidates], mode=_derivation_mode(fn),
-        accept_inplace=True, on_unused_input="ignore",
-    )
+    inputs, outputs = [memo[s] for s in sources], [equiv[v] for v in candidates]
+    derive = data_eval.evaluator(inputs, outputs, _numba_derivation(fn, inputs, outputs))
     data = {s: np.asarray(shared[s].get_value(borrow=True)) for s in sources}
     values = derive(*[data[s] for s in sources])
     leaf_sizes = {s: data[s].size for s in sources}
