@@ -172,7 +172,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "llvmlite.binding:add_symbol (__powidf2, __powisf2)",
         "pmfast.compiler.symbols",
-        "fast-math pow of an integer (llvm.powi) calls the compiler runtime, which numba's JIT does not resolve (process-wide: a symbol added to LLVM's JIT cannot be removed; it only defines what was undefined)",
+        "fast-math pow of an integer (llvm.powi) calls the compiler runtime, which numba's JIT does not resolve (process-wide from pmfast's first compile or pmfast.enable(), whose stock linker meets the same calls: a symbol added to LLVM's JIT cannot be removed; it only defines what was undefined)",
         "process",
         ("tests/link/numba/test_scalar.py::test_power_fastmath_bug",),
     ),
