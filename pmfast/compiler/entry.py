@@ -525,7 +525,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )
-    weight = sum(parts.weights(spec.body, env))
+    weight = sum(parts.weights(spec.body, env, plan))
     return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(original, fn, inline=False), weight=weight)
 
 
