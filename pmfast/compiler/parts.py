@@ -56,11 +56,14 @@ from numba.core import cgutils, types
 from pmfast.compiler.pure import intrinsic
 
 #: Entries weighing less than this (about the LLVM instructions their lowering emits, see
-#: :func:`weights`) are compiled whole: every zoo model's logp entry (7,000-49,000),
-#: not bayesian_var_ireland's (67,000) or bayesian_sem_workflow's (82,000).
-SPLIT_MIN = 55_000
+#: :func:`weights`; ~7 CPU s of compile) are compiled whole: every zoo model's logp entry
+#: (7,000-49,000) and bayesian_var_ireland's (67,000), not bayesian_sem_workflow's (82,000). The
+#: parts' calls and the arrays crossing them (copied when not C-contiguous) cost a small graph's
+#: evaluation more than they save its compile: var_ireland cut in 2 / 4 evaluated in 3.68 / 4.67 µs
+#: instead of 3.48, for ~0.3 CPU s less compile.
+SPLIT_MIN = 75_000
 #: Target weight of one part.
-PART_WEIGHT = 15_000
+PART_WEIGHT = 10_000
 #: Most parts per entry.
 MAX_PARTS = 8
 #: LLVM instructions the lowering of an inlined node function emits per bytecode instruction of it
