@@ -649,3 +649,32 @@ def test_allocator_and_slice_raiser_compiled_once_per_machine(tmp_path):
     # outside pmfast's compiles: numba's own implementations (its allocator closure, compiled again)
     assert "'_array_allocate'" not in runs[2] and "'_raise_slice_shape'" not in runs[2]
     assert "_ol_array_allocate.<locals>.impl" in runs[2] and "ol_raise_with_shape_context_cpu.<locals>.impl" in runs[2]
+
+
+def test_entries_with_strided_constants_are_cacheable():
+    """A folded constant that is a strided view (here the columns of a transposed slice) is copied
+    C-contiguous into the entry's globals: numba embeds an 'A'-layout global by its address, which
+    made the entry uncacheable and a worker's compile of it unusable here. Same values as stock."""
+    import pymc as pm
+
+    data = np.random.default_rng(0).normal(size=(2, 51))
+    view = data.T[1:-1]
+    assert not (view.flags.c_contiguous or view.flags.f_contiguous)
+    env = entry.contiguous_constants({"c": view, "d": data, "k": 3})
+    assert env["c"].flags.c_contiguous and not env["c"].flags.writeable and env["d"] is data and env["k"] == 3
+    np.testing.assert_array_equal(env["c"], view)
+    with pm.Model() as model:
+        beta = pm.Normal("beta", size=2)
+        pm.Normal("y", mu=(pt.as_tensor(data).T[1:-1] * beta).sum(1), sigma=1.0, observed=data[0, 1:-1])
+    compiled = pmfast.compile(model)
+    for kernel in compiled.kernels:
+        cres = next(iter(kernel.dispatcher.overloads.values()))
+        assert not cres.library._dynamic_globals
+    stock = model.logp_dlogp_function(ravel_inputs=True, mode="NUMBA")
+    stock.set_extra_values({})
+    x = np.array([0.3, -0.7])
+    code, logp, grad = callbacks.logp_at(compiled, x)
+    ref_logp, ref_grad = stock._pytensor_function(x)
+    assert code == 0
+    np.testing.assert_allclose(logp, ref_logp, rtol=1e-12)
+    np.testing.assert_allclose(grad, ref_grad, rtol=1e-12)

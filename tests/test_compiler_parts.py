@@ -36,6 +36,32 @@ def test_plan_cuts_where_fewest_values_cross():
         parts.SPLIT_MIN, parts.PART_WEIGHT = old
 
 
+def _node(x, y):
+    z = x * y
+    for i in range(z.shape[0]):
+        z[i] += 1.0
+    return z
+
+
+def scalar_core(a, b):
+    return a * b + 1.0
+
+
+def test_weights_count_what_the_lowering_emits():
+    """An inlined node function weighs LLVM_PER_BYTECODE per bytecode instruction, a called one
+    CALL_WEIGHT, straight-line scalar code one per instruction, anything else OPAQUE_WEIGHT."""
+    from pmfast.compiler import inline
+
+    env = {"node": numba.njit(_node), "core": numba.njit(scalar_core)}
+    body = ["a = node(x, y)", "b = core(s, t)", "c = _pm_lane_sum(a)", "d = a.sum()"]
+    bc, bc_core = inline.cost(env["node"]), inline.cost(env["core"])
+    assert bc > 10 and bc_core > 1
+    opaque = parts.OPAQUE_WEIGHT
+    assert parts.weights(body, env) == [parts.LLVM_PER_BYTECODE * bc, bc_core, opaque, opaque]
+    assert parts.weights(body, env, ("core",)) == [parts.CALL_WEIGHT, bc_core, opaque, opaque]
+    assert parts.weights(body, env, ()) == [parts.CALL_WEIGHT, parts.CALL_WEIGHT, opaque, opaque]
+
+
 def test_canon_gives_c_contiguous_writable_arrays():
     @numba.njit
     def f(a):
@@ -122,7 +148,7 @@ def kernels():
     mp = pytest.MonkeyPatch()
     built = {"whole": nutpie_glue.logp_kernel(fn)}
     mp.setattr(parts, "SPLIT_MIN", 0)
-    mp.setattr(parts, "PART_WEIGHT", 300)
+    mp.setattr(parts, "PART_WEIGHT", 2500)
     built["parts"] = nutpie_glue.logp_kernel(fn)
     mp.undo()
     return stock, x0, built
@@ -177,7 +203,7 @@ def test_parts_compiled_by_the_worker_give_the_same_bits(tmp_path):
     script = f"""
 import hashlib, numpy as np, pmfast
 from pmfast.compiler import callbacks, parts
-parts.SPLIT_MIN, parts.PART_WEIGHT = 0, 300
+parts.SPLIT_MIN, parts.PART_WEIGHT = 0, 2500
 from pmfast.loading import load_model
 model, _ = load_model("radon_intercept")
 cm = pmfast.compile(model)

@@ -444,6 +444,25 @@ def _index_exists(name: str, key: str | None) -> bool:
     return key is not None and any(NUMBA_CACHE_PATH.glob(f"*{name}-{key}*.nbi"))
 
 
+def contiguous_constants(env: dict) -> dict:
+    """``env`` with each array neither C- nor F-contiguous replaced by a C-contiguous read-only copy.
+
+    numba embeds a global array of layout 'A' by its address (a *dynamic global*): a function
+    holding one is never cached, so every compile of it, warm ones included, starts over, and a
+    forked worker's compile of it can't be handed over (:mod:`pmfast.compiler.handover`): this
+    process compiled it again. bayesian_var_ireland's logp and expand entries each read two (a
+    constant's column slices, strides (8, 408)). A copy holds the same values; graph constants are
+    never written.
+    """
+    out = dict(env)
+    for name, value in env.items():
+        if isinstance(value, np.ndarray) and not (value.flags.c_contiguous or value.flags.f_contiguous):
+            copy = np.ascontiguousarray(value)
+            copy.flags.writeable = False
+            out[name] = copy
+    return out
+
+
 def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     """The entry for ``spec`` as a numba dispatcher under its cache key; ``fn`` is the pytensor function it came from.
 
@@ -457,7 +476,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     original = spec
     py_graph = graph_function(fn.vm.jit_fn)
     name = f"{spec.kind}_entry"
-    env = dict(py_graph.__globals__)
+    env = contiguous_constants(py_graph.__globals__)
     options = {}
     big = bool(getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"))  # a big graph: see pmfast.linker
     threshold = BIG_ENTRY_INLINE_THRESHOLD
@@ -506,7 +525,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )
-    weight = sum(parts.weights(spec.body, env))
+    weight = sum(parts.weights(spec.body, env, plan))
     return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(original, fn, inline=False), weight=weight)
 
 

@@ -26,8 +26,11 @@ its own that takes the values it reads from earlier statements and returns those
   numba's calling convention (:func:`call_part`; an exception inside propagates as from a direct
   call). A direct call would link every part's module into the entry and optimise and emit all of
   it again.
-* **Where to cut** (:func:`plan`): the entry's statements weighed by the bytecode instructions of
-  the node function each calls (what numba types and lowers when it is inlined), cut into parts of
+* **Where to cut** (:func:`plan`): the entry's statements weighed by about the LLVM instructions
+  their lowering emits (:func:`weights`: a part's compile CPU follows them, ~0.09 ms each on
+  bayesian_var_ireland's and bayesian_sem_workflow's parts; the bytecode of the node functions
+  alone missed the loops, slicing and allocations they expand into, and counted functions the
+  entry calls as if inlined: their parts came out 0.2-3.5 CPU s), cut into parts of
   about :data:`PART_WEIGHT`, each cut placed where the fewest values cross it (at most
   :data:`MAX_CROSSING`: numba's and LLVM's work on a tuple grows faster than its length). Only
   entries weighing at least :data:`SPLIT_MIN`: a call through an address and the values crossing
@@ -52,14 +55,24 @@ from llvmlite import ir
 from numba.core import cgutils, types
 from pmfast.compiler.pure import intrinsic
 
-#: Entries weighing less than this (bytecode instructions, see :func:`weights`) are compiled whole
-#: (every zoo model's logp entry weighs less: 840-4,800).
-SPLIT_MIN = 5000
+#: Entries weighing less than this (about the LLVM instructions their lowering emits, see
+#: :func:`weights`; ~7 CPU s of compile) are compiled whole: every zoo model's logp entry
+#: (7,000-49,000) and bayesian_var_ireland's (67,000), not bayesian_sem_workflow's (82,000). The
+#: parts' calls and the arrays crossing them (copied when not C-contiguous) cost a small graph's
+#: evaluation more than they save its compile: var_ireland cut in 2 / 4 evaluated in 3.68 / 4.67 µs
+#: instead of 3.48, for ~0.3 CPU s less compile.
+SPLIT_MIN = 75_000
 #: Target weight of one part.
-PART_WEIGHT = 1500
+PART_WEIGHT = 10_000
 #: Most parts per entry.
 MAX_PARTS = 8
-#: Weight of a statement whose node function is not a plain jitted function (or has no code to count).
+#: LLVM instructions the lowering of an inlined node function emits per bytecode instruction of it
+#: (median over bayesian_var_ireland's and bayesian_sem_workflow's statements: 4-45; its slicing,
+#: allocations and loops expand into numba's generic code).
+LLVM_PER_BYTECODE = 20
+#: Weight of a call of a node function the entry does not inline (compiled once on its own).
+CALL_WEIGHT = 50
+#: Weight of a statement that calls no node function (an intrinsic, a method, an index).
 OPAQUE_WEIGHT = 100
 #: Most values crossing one cut (each is an argument of a part and an item of the tuple another
 #: returns: numba's and LLVM's work on tuples grows faster than their length).
@@ -87,8 +100,17 @@ def _assign(stmt: str) -> tuple[list[str], set[str]] | None:
     return [e.id for e in elts], {n.id for n in ast.walk(node.value) if isinstance(n, ast.Name)}
 
 
-def weights(body, env) -> list[int]:
-    """Each statement's weight: the bytecode instructions of the function it calls (nested code included)."""
+def weights(body, env, inlined=None) -> list[int]:
+    """Each statement's weight: about the LLVM instructions its lowering emits, which is what a part's
+    compile costs (numba's lowering and LLVM's passes; ~0.09 ms each here, typing and numba's IR
+    passes in proportion).
+
+    A node function inlined into the entry (``inlined``: the names the inline plan picks; None: every
+    plain jitted function) weighs :data:`LLVM_PER_BYTECODE` per bytecode instruction of its own (the
+    loops, slicing and allocations it calls expand into numba's generic code there), straight-line
+    scalar code (:mod:`pmfast.compiler.scalars`' ``scalar_core``) one per instruction, a called one
+    :data:`CALL_WEIGHT` (compiled on its own, once); any other statement :data:`OPAQUE_WEIGHT`.
+    """
     from pmfast.compiler import inline
 
     out = []
@@ -97,8 +119,14 @@ def weights(body, env) -> list[int]:
         w = OPAQUE_WEIGHT
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
             fn = env.get(call.func.id)
-            if inline.inner_function(fn) is not None:
-                w = max(inline.cost(fn), 1)
+            inner = inline.inner_function(fn)
+            if inner is not None:
+                if inlined is not None and call.func.id not in inlined:
+                    w = CALL_WEIGHT
+                elif inner.py_func.__name__ == "scalar_core":
+                    w = max(inline.cost(fn), 1)
+                else:
+                    w = LLVM_PER_BYTECODE * max(inline.cost(fn), 1)
         out.append(w)
     return out
 
@@ -110,19 +138,19 @@ class PartPlan:
     bounds: tuple[int, ...]
 
 
-def plan(body, env, passable, epilogue_reads) -> PartPlan | None:
+def plan(body, env, passable, epilogue_reads, inlined=None) -> PartPlan | None:
     """Cut ``body`` into parts (see the module docstring), or None to compile it whole.
 
     ``passable(name)``: what a value crossing a cut costs (None: it can't cross; a value crosses if
     :func:`boundary_type` knows its type or the part that reads it can rebuild it); ``epilogue_reads``:
-    the names the entry's epilogue reads.
+    the names the entry's epilogue reads; ``inlined``: as for :func:`weights`.
     """
     if not enabled():
         return None
     parsed = [_assign(s) for s in body]
     if any(p is None for p in parsed):
         return None
-    w = weights(body, env)
+    w = weights(body, env, inlined)
     total = sum(w)
     if total < SPLIT_MIN:
         return None
@@ -349,11 +377,11 @@ def _input_views(parsed, body, var_of: dict, inputs, slots=()) -> dict[str, tupl
     return out
 
 
-def split(spec, env, var_of: dict, input_types: dict) -> Split | None:
+def split(spec, env, var_of: dict, input_types: dict, inlined=None) -> Split | None:
     """Cut entry ``spec``'s body into parts, or None (see :func:`plan`).
 
     ``var_of`` maps body names to pytensor variables, ``input_types`` the entry's graph inputs to
-    their numba types.
+    their numba types, ``inlined`` the node functions the entry inlines (:func:`weights`).
     """
     body = list(spec.body)
     parsed = [_assign(s) for s in body]
@@ -387,10 +415,10 @@ def split(spec, env, var_of: dict, input_types: dict) -> Split | None:
     vector = 1 if spec.kind == "logp" else 0  # graph output index of the entry's vector output
     pieces = spec.pieces[vector] if spec.pieces[vector] is not None else (spec.outputs[vector],)
     epilogue = set(spec.outputs) | set(pieces)
-    cut = plan(body, env, passable, epilogue)
+    cut = plan(body, env, passable, epilogue, inlined)
     if cut is None:
         return None
-    w = weights(body, env)
+    w = weights(body, env, inlined)
     local = set(input_types) | set(buffers) | {t for p in parsed for t in p[0]}
     bounds = cut.bounds
 
@@ -505,7 +533,7 @@ def prepare(original, spec, fn, env: dict, plan: tuple, options: dict, E):
     input_types = {spec.inputs[0]: types.Array(types.float64, 1, "C")}
     for slot, arg in zip(spec.shared, spec.inputs[1:], strict=True):
         input_types[arg] = types.Array(numba.from_dtype(np.dtype(slot.dtype)), slot.ndim, "C")
-    cut = split(spec, env, var_of, input_types)
+    cut = split(spec, env, var_of, input_types, plan)
     if cut is None:
         return None
     graph_key = CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func)
