@@ -23,7 +23,7 @@ counters advanced by one per step and wrapped by a comparison, not a division.
 The semantics are stock's (``pytensor/link/numba/dispatch/scan.py``, 2.38.3),
 written anew: the inner graph prepared the same way (inputs that only the step
 reads destroyable, pytensor's rewrites with the ``numba`` tag, deep copies of
-aliased outputs; here on a clone, so the op's graph is left as it was),
+aliased outputs, in the op's own graph as stock does),
 buffers copied unless the node destroys them, circular buffers (``scan_save_mem``)
 rotated after the loop as stock does, unused rows of a regular loop's buffer
 zeroed and a ``while`` loop's truncated, nit-sot buffers of unknown row shape
@@ -42,12 +42,17 @@ VERSION = 1
 
 
 def _prepared_inner(op, node):
-    """A clone of ``op``'s inner graph, prepared as stock prepares it before compiling the step."""
+    """``op``'s inner graph, prepared in place as stock prepares it before compiling the step.
+
+    In place, as stock does: the op's graph is the rewritten one afterwards (pytensor's tests
+    inspect it), and a second preparation (stock's, or this one for another node) finds nothing
+    left to do.
+    """
     from pytensor.compile.function.types import add_supervisor_to_fgraph, insert_deepcopy
     from pytensor.compile.io import In, Out
     from pytensor.compile.mode import NUMBA, get_mode
 
-    fgraph = op.fgraph.clone()
+    fgraph = op.fgraph
     inputs = fgraph.inputs
     # a tap whose outer buffer holds only the taps the step reads is overwritten by the step's
     # output: the step may destroy it
