@@ -148,3 +148,24 @@ def test_for_scan_matches_stock_drawn(compiled, n, extra, seed, x0):
 def test_while_scan_matches_stock(compiled, x0, limit, n):
     stock, fast = compiled["while"]
     check_equal(stock, fast, [x0, limit, np.int64(n)])
+
+
+def test_random_step_declines_to_stock():
+    """A step drawing random numbers (an untraced sit-sot: the generator) is left to stock's Scan."""
+    from pytensor.scan.op import Scan
+
+    rng = pytensor.shared(np.random.default_rng(0))
+    x0 = pt.dscalar("x0")
+
+    def step(x, rng):
+        next_rng, e = pt.random.normal(0.0, 1.0, rng=rng).owner.outputs
+        return x * 0.5 + e, next_rng
+
+    xs, last_rng = scan(step, outputs_info=[x0, rng], n_steps=5)
+    fn = pytensor.function([x0], xs, updates={rng: last_rng}, mode=pmfast.get_mode("all"))
+    assert any(isinstance(node.op, Scan) and node.op.info.n_untraced_sit_sot for node in fn.maker.fgraph.apply_nodes)
+    assert not generated_loops(fn)
+    got = fn(1.0)
+    rng.set_value(np.random.default_rng(0))
+    want = pytensor.function([x0], xs, updates={rng: last_rng}, mode="NUMBA")(1.0)
+    np.testing.assert_allclose(got, want, rtol=1e-12)

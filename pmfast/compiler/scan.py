@@ -174,7 +174,7 @@ def _generate(op, node, fgraph, step):
     advance: list[str] = []
     post: list[str] = []
     results: list[str] = []
-    counters = 0
+    positions: dict[tuple[str, int], str] = {}
     at = 0  # next inner output
     for k, (outer, inner_vars, in_taps, out_taps, kind) in enumerate(buffers):
         store, size = f"_pm_st{k}", f"_pm_len{k}"
@@ -198,17 +198,14 @@ def _generate(op, node, fgraph, step):
             pre.append(f"{store} = {copy}")
             pre.append(f"{size} = {store}.shape[0]")
         lookback = -min(0, *in_taps) if in_taps else 0
-        positions = {}
 
-        def position(offset: int) -> str:
-            nonlocal counters
-            if offset not in positions:
-                counters += 1
-                q = f"_pm_q{counters}"
+        def position(offset: int, size=size) -> str:
+            """The counter holding ``(i + offset) % size``: set before the loop, advanced by one per step."""
+            if (size, offset) not in positions:
+                q = positions[size, offset] = f"_pm_q{len(positions)}"
                 pre.append(f"{q} = {offset} % {size} if {size} > 0 else 0")
                 advance.append(f"{q} += 1\nif {q} == {size}:\n    {q} = 0")
-                positions[offset] = q
-            return positions[offset]
+            return positions[size, offset]
 
         pre.append(f"if _pm_n > 0 and {size} == 0:\n    raise ZeroDivisionError('integer modulo by zero')")
         for var, tap in zip(inner_vars, in_taps, strict=True):
