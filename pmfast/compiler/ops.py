@@ -496,6 +496,7 @@ def _reshape(op, node):
 
 def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
+    from pytensor.scan.op import Scan
     from pytensor.tensor.basic import Join, Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
     from pytensor.tensor.extra_ops import CumOp
@@ -546,6 +547,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import sort
 
         return sort.funcify(op, node)
+    if type(op) is Scan:
+        from pmfast.compiler import scan
+
+        return scan.funcify(op, node)
     if type(op).__module__ in ("pytensor.tensor.slinalg", "pmfast.passes.cholesky_grad"):
         from pmfast.compiler import linalg
 

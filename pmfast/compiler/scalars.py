@@ -243,13 +243,26 @@ def _expand_dims_of_scalar(node) -> bool:
     return isinstance(node.op, DimShuffle) and node.inputs[0].type.ndim == 0 and tuple(node.op.new_order) == ("x",)
 
 
-def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
+def _passes_through(node) -> bool:
+    """Whether ``node`` returns its 0-d first input's value: a ``DeepCopyOp`` / ``ViewOp`` of it, or a
+    ``CheckAndRaise`` (``Assert``, ``Check{…}``) whose node function returns ``x`` after its tests."""
+    from pytensor.compile.ops import DeepCopyOp, ViewOp
+    from pytensor.raise_op import CheckAndRaise
+
+    if not (len(node.outputs) == 1 and _is_scalar(node.outputs[0]) and node.inputs[0].type == node.outputs[0].type):
+        return False
+    return type(node.op) in (DeepCopyOp, ViewOp) or isinstance(node.op, CheckAndRaise)
+
+
+def rewrite(stmts, nodes, ops, env: dict, initial: dict | None = None) -> ScalarBody | None:
     """The entry body of graph statements ``stmts`` (one per node of ``nodes``, in order) with 0-d floats.
 
-    ``ops`` are the statements' op names, ``env`` the graph function's globals.
-    None if no statement changes.
+    ``ops`` are the statements' op names, ``env`` the graph function's globals. ``initial``: names
+    that are scalars before the first statement (``{name: dtype}``, a Scan step's 0-d inputs,
+    :mod:`pmfast.compiler.scan`); with it, copies and checks of a scalar keep it a scalar too
+    (:func:`_passes_through`). None if no statement changes.
     """
-    scalars: dict[str, str] = {}  # name held as a scalar -> its dtype
+    scalars: dict[str, str] = dict(initial or {})  # name held as a scalar -> its dtype
     views: dict[str, str] = {}  # scalar name -> name of its 0-d view, once made
     out_body: list[str] = []
     out_ops: list[str | None] = []
@@ -304,6 +317,15 @@ def rewrite(stmts, nodes, ops, env: dict) -> ScalarBody | None:
                 out_body.append(f"{targets[0]} = {args[0]}.sum()")
                 out_ops.append(None)
             scalars.update((t, o.type.dtype) for t, o in zip(targets, node.outputs, strict=True))
+            continue
+        if ok and initial is not None and args[0] in scalars and _passes_through(node):
+            changed = True
+            if type(node.op).__name__ in ("DeepCopyOp", "ViewOp"):
+                out_body.append(f"{targets[0]} = {args[0]}")
+            else:  # the check's node function returns x itself, a scalar here
+                out_body.append(f"{targets[0]} = {call.func.id}({', '.join(args)})")
+            out_ops.append(None)
+            scalars[targets[0]] = node.outputs[0].type.dtype
             continue
         if ok and _expand_dims_of_scalar(node) and args[0] in scalars:
             changed = True
