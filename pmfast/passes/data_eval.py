@@ -163,11 +163,14 @@ def _scalar(op, args, dtypes):
         return [value(o) for o in op.fgraph.outputs]
     if any(_narrow(d) for d in dtypes) and not isinstance(op, _exact_ops()):
         return _in_64_bits(op, args, dtypes)
+    return [np.asarray(r, dtype=d) for r, d in zip(_apply(op, args, dtypes), dtypes, strict=True)]
+
+
+def _apply(op, args, dtypes) -> tuple:
+    """The results of ``op`` on ``args`` (one per dtype of ``dtypes``), as :func:`_ufunc` computes them."""
     with np.errstate(all="ignore"):
         results = _ufunc(op, len(args), dtypes)(*args)
-    if len(dtypes) == 1:
-        results = (results,)
-    return [np.asarray(r, dtype=d) for r, d in zip(results, dtypes, strict=True)]
+    return (results,) if len(dtypes) == 1 else tuple(results)
 
 
 class Inexact(ArithmeticError):
@@ -188,12 +191,8 @@ def _in_64_bits(op, args, dtypes):
         raise Inexact(f"{op} of uint64")
     wide = [a.astype(np.int64) if a.dtype.kind in "biu" else a for a in args]
     wide_dtypes = ["int64" if _narrow(d) else d for d in dtypes]
-    with np.errstate(all="ignore"):
-        results = _ufunc(op, len(args), wide_dtypes)(*wide)
-    if len(dtypes) == 1:
-        results = (results,)
     out = []
-    for r, d in zip(results, dtypes, strict=True):
+    for r, d in zip(_apply(op, wide, wide_dtypes), dtypes, strict=True):
         r = np.asarray(r)
         narrow = r.astype(d)
         if not np.array_equal(narrow, r):
