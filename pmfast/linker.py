@@ -304,7 +304,6 @@ def _in_scope(dispatcher):
     Not a dispatcher (pytensor's tests evaluate numba functions as pure Python with ``numba_njit``
     mocked to return the function itself): returned as it is, there is nothing to compile.
     """
-    from pmfast.compiler import symbols
     from pmfast.compiler.patching import compiling
 
     compile_ = getattr(dispatcher, "compile", None)
@@ -312,7 +311,7 @@ def _in_scope(dispatcher):
         return dispatcher
 
     def compile(sig):
-        with compiling(), symbols.guarded():
+        with compiling():
             return compile_(sig)
 
     dispatcher.compile = compile
@@ -325,7 +324,10 @@ class ChunkedNumbaLinker(NumbaLinker):
     def __init__(
         self, *args, dedup: bool = True, optnone: bool = True, direct: bool = True, lean: bool = True, **kwargs
     ):
+        from pmfast.compiler import symbols
+
         super().__init__(*args, **kwargs)
+        symbols.install()  # its check acts inside make_all's compile scope
         self.dedup = dedup
         self.lean = lean
         self.optnone = optnone
@@ -335,11 +337,10 @@ class ChunkedNumbaLinker(NumbaLinker):
     def make_all(self, *args, **kwargs):
         """pytensor's ``make_all`` inside pmfast's compile scope (:func:`pmfast.compiler.patching.compiling`),
         where code calling a symbol numba's JIT cannot resolve is a Python error, not an LLVM abort
-        (:func:`pmfast.compiler.symbols.guarded`)."""
-        from pmfast.compiler import symbols
+        (:func:`pmfast.compiler.symbols.install`, done when the linker is made)."""
         from pmfast.compiler.patching import compiling
 
-        with compiling(), symbols.guarded():
+        with compiling():
             return super().make_all(*args, **kwargs)
 
     def fgraph_convert(self, fgraph, **kwargs):

@@ -127,11 +127,11 @@ def compile_numba(
     """
     check_options(unknown)
     from pmfast import compiler
-    from pmfast.compiler import collector, overloads, patching, symbols
+    from pmfast.compiler import collector, overloads, patching
 
     check_nutpie()
     compiler.setup()
-    with patching.compiling(), symbols.guarded(), collector.relaxed(), overloads.plain_errors(), _python_vm(), _creation_traces():
+    with patching.compiling(), collector.relaxed(), overloads.plain_errors(), _python_vm(), _creation_traces():
         return _compile_numba(
             model,
             mode,
@@ -370,7 +370,7 @@ def logp_kernel(fn):
     and benchmarks of the code nutpie runs.
     """
     from pmfast import compiler
-    from pmfast.compiler import callbacks, entry, overloads, patching, symbols
+    from pmfast.compiler import callbacks, entry, overloads, patching
 
     compiler.setup()
     shared = list(fn.get_shared())
@@ -379,7 +379,7 @@ def logp_kernel(fn):
     n_dim = int(fn.maker.fgraph.inputs[0].type.shape[0])
     names = [v.name for v in shared]
     spec = entry.describe("logp", fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_dim)
-    with patching.compiling(), symbols.guarded(), overloads.plain_errors():
+    with patching.compiling(), overloads.plain_errors():
         compiled = entry.compile_entry(spec, fn)
     cfunc = callbacks.compiled()["logp"]
     callbacks.set_header(user_data, compiled.address, 0, n_dim, 0, compiled.table_address)

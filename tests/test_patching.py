@@ -75,17 +75,38 @@ def test_process_patches_are_installed_by_setup(patch):
     assert getattr(current, "__module__", "").startswith("pmfast") or getattr(current, "_pmfast", False), patch
 
 
-def test_compile_scoped_symbol_check_is_restored():
+def test_the_symbol_check_is_compile_scoped():
+    """After ``setup()``, numba's check before adding a module raises for an unresolvable symbol
+    inside a pmfast compile only: outside it, and in another thread during one, numba's own check
+    runs alone. Installing again changes nothing."""
+    import threading
+    from types import SimpleNamespace
+
     from numba.core.codegen import CPUCodeLibrary
 
+    from pmfast import compiler
     from pmfast.compiler import symbols
 
-    before = CPUCodeLibrary._verify_declare_only_symbols
-    with pytest.raises(KeyError):
-        with symbols.guarded():
-            assert CPUCodeLibrary._verify_declare_only_symbols is not before
-            raise KeyError("an error inside a compile")
-    assert CPUCodeLibrary._verify_declare_only_symbols is before
+    compiler.setup()
+    installed = CPUCodeLibrary._verify_declare_only_symbols
+    symbols.install()
+    assert CPUCodeLibrary._verify_declare_only_symbols is installed
+    assert not getattr(installed.__wrapped__, "_pmfast", False)
+
+    undefined = SimpleNamespace(name="pmfast_test_nobody_defines_this", is_declaration=True)
+    engine = SimpleNamespace(is_symbol_defined=lambda name: False, _ee=SimpleNamespace(get_function_address=lambda name: 0))
+    library = SimpleNamespace(name="fake", _final_module=SimpleNamespace(functions=[undefined]), _codegen=SimpleNamespace(_engine=engine))
+
+    installed(library)  # outside a compile: numba's check, which looks at numba's own names only
+    other_thread = []
+    with patching.compiling():
+        with pytest.raises(symbols.UnresolvedSymbolError, match="pmfast_test_nobody_defines_this"):
+            installed(library)
+        worker = threading.Thread(target=lambda: other_thread.append(installed(library)))
+        worker.start()
+        worker.join()
+    assert other_thread == [None]
+    installed(library)
 
 
 def test_docs_show_the_registry():

@@ -28,7 +28,8 @@ class instead of once per op; :mod:`~pmfast.compiler.constants` builds a tensor
 constant's merge signature once; :mod:`~pmfast.compiler.static_shapes` folds an ``Alloc``'s
 static shape from static types before pytensor clones the ancestors of its entries;
 :mod:`~pmfast.compiler.determinism` makes the
-rewritten graph the same in every process. :func:`setup` installs them all (once per process);
+rewritten graph the same in every process; :mod:`~pmfast.compiler.symbols` makes a call of a
+symbol numba's JIT cannot resolve a Python error, not an LLVM abort. :func:`setup` installs them all (once per process);
 all but the overloads and the cache hardening act only inside pmfast's compiles
 (:func:`pmfast.compiler.patching.compiling`) and call numba's and pytensor's own code outside them.
 :func:`patches` lists every replacement pmfast makes, with its scope
@@ -42,7 +43,7 @@ from pmfast.compiler.patching import patches  # noqa: F401  (the public list)
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, liveness, overloads, ssa, static_shapes, subroutines
+    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, liveness, overloads, ssa, static_shapes, subroutines, symbols
 
     overloads.install()
     subroutines.install()
@@ -55,6 +56,7 @@ def setup() -> None:
     constants.install()
     static_shapes.install()
     determinism.install()
+    symbols.install()
 
 
 @contextlib.contextmanager
@@ -63,11 +65,10 @@ def install_everywhere():
 
     For running the owners' test suites with pmfast's replacements (``tools/owner_tests.py``).
     """
-    from pmfast.compiler import overloads, patching, symbols
+    from pmfast.compiler import overloads, patching
     from pmfast.loops import deferred
 
     setup()
     deferred.install()
-    symbols.define_helpers()
-    with patching.compiling(), symbols.guarded(), overloads.plain_errors():
+    with patching.compiling(), overloads.plain_errors():
         yield

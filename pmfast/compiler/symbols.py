@@ -12,10 +12,13 @@ resolve (numba issue 9554).
 
 :func:`unresolved` lists what a finalised module would call but cannot:
 declared functions that the JIT and the process don't define, and
-intrinsics that lower to such calls (:data:`LIBCALLS`). :func:`guarded`
+intrinsics that lower to such calls (:data:`LIBCALLS`). :func:`install`
 makes numba's check before adding a module also raise
-:class:`UnresolvedSymbolError` for them, so the module is never added and
-the compile fails with a Python exception that pmfast can fall back from.
+:class:`UnresolvedSymbolError` for them inside every pmfast compile (a
+``compile``-scoped patch: whatever enters
+:func:`pmfast.compiler.patching.compiling` is checked, nothing else is), so
+the module is never added and the compile fails with a Python exception that
+pmfast can fall back from.
 
 :func:`define_helpers` first makes the common case work instead: the
 helpers of :data:`LIBCALLS` live in the compiler runtime (``libgcc_s``),
@@ -27,9 +30,6 @@ code that would have aborted links and runs.
 """
 
 from __future__ import annotations
-
-import contextlib
-import threading
 
 #: LLVM intrinsics (name prefixes) that x86-64 code generation lowers to calls of compiler-runtime
 #: helpers, and those helpers' names.
@@ -46,7 +46,7 @@ def define_helpers() -> list[str]:
     """Add the compiler-runtime helpers of :data:`LIBCALLS` that the JIT can't find to its symbol table.
 
     Returns the names added (once per process; later calls return ``[]``). A platform without
-    ``libgcc_s`` adds nothing, and :func:`guarded` still turns a call of them into an error.
+    ``libgcc_s`` adds nothing, and :func:`install`'s check still turns a call of them into an error.
     """
     global _defined
     if _defined:
@@ -112,36 +112,27 @@ def check(library) -> None:
         )
 
 
-_lock = threading.Lock()
-_depth = 0
-_original = None
+_installed = False
 
 
-def _verify_declare_only_symbols(self):
-    _original(self)
-    check(self)
-
-
-@contextlib.contextmanager
-def guarded():
-    """numba's JIT checks every module it links for symbols it can't resolve, until the block ends.
-
-    Nested and concurrent blocks share one installation; the last to leave restores numba's check.
-    """
-    global _depth, _original
+def install() -> None:
+    """Define the helpers (:func:`define_helpers`) and make numba's check before adding a module
+    also raise :class:`UnresolvedSymbolError`, inside pmfast's compiles
+    (:func:`pmfast.compiler.patching.compiling`; installed once per process, numba's own check
+    everywhere else)."""
+    global _installed
+    if _installed:
+        return
     from numba.core.codegen import CPUCodeLibrary
 
-    with _lock:
-        define_helpers()
-        if _depth == 0:
-            _original = CPUCodeLibrary._verify_declare_only_symbols
-            CPUCodeLibrary._verify_declare_only_symbols = _verify_declare_only_symbols
-        _depth += 1
-    try:
-        yield
-    finally:
-        with _lock:
-            _depth -= 1
-            if _depth == 0:
-                CPUCodeLibrary._verify_declare_only_symbols = _original
-                _original = None
+    from pmfast.compiler.patching import scoped
+
+    define_helpers()
+    numba_verify = CPUCodeLibrary._verify_declare_only_symbols
+
+    def verify(self):
+        numba_verify(self)
+        check(self)
+
+    CPUCodeLibrary._verify_declare_only_symbols = scoped(numba_verify, verify)
+    _installed = True
