@@ -243,15 +243,18 @@ def _expand_dims_of_scalar(node) -> bool:
     return isinstance(node.op, DimShuffle) and node.inputs[0].type.ndim == 0 and tuple(node.op.new_order) == ("x",)
 
 
-def _passes_through(node) -> bool:
-    """Whether ``node`` returns its 0-d first input's value: a ``DeepCopyOp`` / ``ViewOp`` of it, or a
-    ``CheckAndRaise`` (``Assert``, ``Check{…}``) whose node function returns ``x`` after its tests."""
+def _passes_through(node) -> str | None:
+    """How ``node`` returns its 0-d first input's value: ``"copy"`` for a ``DeepCopyOp`` / ``ViewOp`` of
+    it, ``"check"`` for a ``CheckAndRaise`` (``Assert``, ``Check{…}``) whose node function returns
+    ``x`` after its tests; None if it does not."""
     from pytensor.compile.ops import DeepCopyOp, ViewOp
     from pytensor.raise_op import CheckAndRaise
 
     if not (len(node.outputs) == 1 and _is_scalar(node.outputs[0]) and node.inputs[0].type == node.outputs[0].type):
-        return False
-    return type(node.op) in (DeepCopyOp, ViewOp) or isinstance(node.op, CheckAndRaise)
+        return None
+    if type(node.op) in (DeepCopyOp, ViewOp):
+        return "copy"
+    return "check" if isinstance(node.op, CheckAndRaise) else None
 
 
 def rewrite(stmts, nodes, ops, env: dict, initial: dict | None = None) -> ScalarBody | None:
@@ -318,9 +321,10 @@ def rewrite(stmts, nodes, ops, env: dict, initial: dict | None = None) -> Scalar
                 out_ops.append(None)
             scalars.update((t, o.type.dtype) for t, o in zip(targets, node.outputs, strict=True))
             continue
-        if ok and initial is not None and args[0] in scalars and _passes_through(node):
+        passes = _passes_through(node) if ok and initial is not None and args[0] in scalars else None
+        if passes is not None:
             changed = True
-            if type(node.op).__name__ in ("DeepCopyOp", "ViewOp"):
+            if passes == "copy":
                 out_body.append(f"{targets[0]} = {args[0]}")
             else:  # the check's node function returns x itself, a scalar here
                 out_body.append(f"{targets[0]} = {call.func.id}({', '.join(args)})")
