@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 SWEEP = Path(__file__).resolve().parents[1] / "bench" / "catalogue_sweep.py"
 
 DISCRETE = '''
@@ -55,6 +57,8 @@ def test_relative_differences():
     finally:
         sys.path.remove(str(SWEEP.parent))
     assert catalogue_sweep._relative([1.0, 2.0], [1.0, 2.0]) == 0.0
-    assert catalogue_sweep._relative(1e-3, 0.0) == 1e-3  # below 1 in magnitude: absolute
+    assert catalogue_sweep._relative([1000.0, 1.0], [1000.0, 1.001]) == pytest.approx(1e-6)  # the gradient's scale
+    assert catalogue_sweep._relative(2e-3, 1e-3) == 0.5
+    assert catalogue_sweep._relative(0.0, 0.0) == 0.0
     assert catalogue_sweep._relative([float("inf")], [1.0]) == float("inf")
     assert catalogue_sweep._relative([float("-inf")], [float("-inf")]) == 0.0
