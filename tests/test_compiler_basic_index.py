@@ -158,3 +158,36 @@ def test_declines_other_forms():
     for out, skip in ((x[i:], 1), (x[i], 1), (m[1, 2], 1), (pt.inc_subtensor(x[1:], pt.ivector("iy")), 2)):
         node = out.owner
         assert basic_index.funcify(node.op, node) is None, out
+
+
+def test_alloc_and_join_of_arrays_equal_stock_numba():
+    """Alloc (a constant, a vector, a scalar, run-time lengths) and Join of matrices / 3-d arrays along
+    each axis: stock's values, dtypes, shapes; the same error type for a run-time broadcast and for
+    pieces whose other axes differ."""
+    from pytensor.tensor.basic import Alloc, Join
+
+    from pmfast.compiler import join
+
+    v, m, n = pt.vector("v"), pt.matrix("m"), pt.matrix("n")
+    k = pt.lscalar("k")
+    t3 = pt.tensor3("t3")
+    im = pt.imatrix("im")
+    outs = [
+        pt.alloc(np.zeros((1, 1)), 3, k), pt.alloc(v, k, v.shape[0]), pt.alloc(v[0], 2, k, 2), pt.alloc(v, k, 1, v.shape[0]) * 2, pt.alloc(v, 2, 4),
+        pt.join(1, m, n), pt.join(0, m, m[:1] * 3, m), pt.join(-1, m, n) + 1, pt.join(2, t3, t3[:, :, :1]), pt.join(0, im, im * 2),
+    ]
+    ours, stock = _both([v, m, n, k, t3, im], outs)
+    nodes = ours.maker.fgraph.toposort()
+    assert sum(type(nd.op) is Alloc and basic_index.alloc_funcify(nd.op, nd) is not None for nd in nodes) >= 3
+    assert sum(type(nd.op) is Join and join.array_axis(nd) is not None for nd in nodes) >= 4
+    rng = np.random.default_rng(1)
+    args = [rng.normal(size=4), rng.normal(size=(3, 2)), rng.normal(size=(3, 5)), 3, rng.normal(size=(2, 3, 4)), rng.integers(-5, 5, size=(2, 2)).astype("int32")]
+    for a, b in zip(ours(*args), stock(*args), strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape
+        np.testing.assert_array_equal(a, b)
+    for bad in ({0: rng.normal(size=1)}, {2: rng.normal(size=(2, 5))}):  # v runtime length 1; n with 2 rows
+        wrong = [bad.get(i, a) for i, a in enumerate(args)]
+        with pytest.raises(ValueError) as want:
+            stock(*wrong)
+        with pytest.raises(type(want.value)):
+            ours(*wrong)

@@ -1,4 +1,4 @@
-"""pmfast's numba implementation of ``Subtensor`` and ``IncSubtensor`` with constant indices.
+"""pmfast's numba implementation of ``Subtensor`` and ``IncSubtensor`` with constant indices, and ``Alloc``.
 
 ``x[2:]``, ``x[:, 1]``, ``x[::-1, 0]``, ``z[1:3, 0] += y``: basic indexing whose integers and slice
 bounds are all graph constants (pytensor's rewrites make most of a model's indices so: a point's
@@ -18,6 +18,10 @@ generated and handed to two intrinsics as a string literal (:func:`spec`):
   numpy does (leading axes added, length-1 axes repeated; other lengths: ``ValueError``): the loop
   numba's setitem and in-place add run, in C order, without their temporaries.
 
+``Alloc`` fills its new array with :func:`update` too (:func:`alloc_funcify`: pytensor's checks and
+allocation, then the broadcast copy numba's ``res[...] = val`` lowers generically), and so does a
+``Join`` of arrays (:mod:`pmfast.compiler.join`).
+
 Results, dtypes, shapes and views are stock's (tests compare with pytensor's NUMBA mode, negative
 steps, out-of-range bounds and empty results included). Forms declined (pytensor's code stays): a
 non-constant index, a step of 0, a 0-d result (the entry's scalars handle ``x[i]``), an
@@ -30,8 +34,9 @@ import hashlib
 
 import numpy as np
 from numba.core import cgutils, types
-from numba.np.arrayobj import make_array, populate_array
+from numba.np.arrayobj import make_array
 
+from pmfast.compiler import native
 from pmfast.compiler.pure import intrinsic
 
 #: Bump when the generated code changes (part of the cache key).
@@ -119,9 +124,7 @@ def result_type(x, items):
 
 def _view_codegen(context, builder, xty, value, items, outty):
     """The view ``x[items]`` (an array struct of type ``outty`` borrowing ``x``'s memory)."""
-    ary = make_array(xty)(context, builder, value)
-    shapes = cgutils.unpack_tuple(builder, ary.shape, xty.ndim)
-    strides = cgutils.unpack_tuple(builder, ary.strides, xty.ndim)
+    meminfo, parent, itemsize, xdata, shapes, strides = native.array_fields(builder, value, xty.ndim)
     intp = cgutils.intp_t
     zero = intp(0)
     offset = zero
@@ -168,11 +171,8 @@ def _view_codegen(context, builder, xty, value, items, outty):
         out_strides.append(stride if step == 1 else builder.mul(stride, intp(step)))
     out_shape += shapes[len(items):]
     out_strides += strides[len(items):]
-    base = builder.ptrtoint(ary.data, intp)
-    data = builder.inttoptr(builder.add(base, offset), ary.data.type)
-    out = make_array(outty)(context, builder)
-    populate_array(out, data=data, shape=out_shape, strides=out_strides, itemsize=ary.itemsize, meminfo=ary.meminfo, parent=ary.parent)
-    return out._getvalue()
+    data = builder.inttoptr(builder.add(builder.ptrtoint(xdata, intp), offset), xdata.type)
+    return native.array_value(context, builder, outty, meminfo, parent, itemsize, data, out_shape, out_strides)
 
 
 @intrinsic(prefer_literal=True)
@@ -275,6 +275,45 @@ def _inc_source(n_idx: int, inplace: bool, set_: bool) -> str:
     name = "set_subtensor" if set_ else "inc_subtensor"
     first = "z = x" if inplace else "z = _pm_copy1(x)"
     return f"def {name}(x, y{args}):\n    {first}\n    _pm_update(_pm_view(z, SPEC), y, {not set_})\n    return z\n"
+
+
+def alloc_source(node) -> str:
+    """pytensor's ``Alloc`` node function (the shape's items, its run-time broadcast checks, ``np.empty``)
+    with the fill ``res[...] = val`` written by :func:`update`."""
+    from pytensor.tensor.basic import Alloc
+
+    n = len(node.inputs) - 1
+    lines = [f"sh{k}_item = sh{k}.item()" for k in range(n)]
+    lines.append(f"scalar_shape = ({''.join(f'sh{k}_item, ' for k in range(n))})")
+    for i, static in enumerate(node.inputs[0].type.shape[::-1]):
+        if static is None:
+            lines.append(f"if val.shape[{-i - 1}] == 1 and scalar_shape[{-i - 1}] != 1:")
+            lines.append(f"    raise ValueError({Alloc._runtime_broadcast_error_msg!r})")
+    lines += ["res = _pm_empty(scalar_shape, _pm_dtype)", "_pm_update(res, val, False)", "return res"]
+    args = "".join(f", sh{k}" for k in range(n))
+    return f"def alloc(val{args}):\n" + "".join(f"    {line}\n" for line in lines)
+
+
+def alloc_funcify(op, node):
+    """``(numba function, cache key)`` for an ``Alloc`` of a number dtype, or None.
+
+    pytensor's fill ``res[...] = val`` is numba's broadcasting setitem (~350-480 LLVM instructions
+    per call site: bayesian_var_ireland's entries have six); :func:`update` does the same
+    broadcast and copy. The checks and the allocation are pytensor's.
+    """
+    from pytensor.link.numba.cache import compile_numba_function_src
+    from pytensor.link.numba.dispatch.basic import numba_njit
+
+    from pmfast.compiler import arrays
+
+    val, *shape = node.inputs
+    dtype = np.dtype(node.outputs[0].type.dtype)
+    if val.type.dtype != dtype or dtype.kind not in "iuf" or val.type.ndim > len(shape):
+        return None
+    src = alloc_source(node)
+    env = {"__name__": __name__, "_pm_empty": arrays.empty2, "_pm_dtype": dtype.type, "_pm_update": update}
+    key = "pmfast_alloc_" + hashlib.sha256(repr((VERSION, src, dtype.str, arrays.VERSION)).encode()).hexdigest()
+    return numba_njit(compile_numba_function_src(src, "alloc", env, env)), key
 
 
 def funcify(op, node):
