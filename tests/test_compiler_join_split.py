@@ -80,7 +80,9 @@ def test_join_declines_what_it_does_not_implement():
     declined = [
         pt.join(axis, x, y),  # runtime axis
         pt.concatenate([x, pt.lvector("k")]),  # mixed dtypes: numpy casts
-        pt.concatenate([m, m]),  # matrices
+        pt.join(axis, m, m),  # matrices along a runtime axis
+        pt.concatenate([m, pt.lmatrix("km")]),  # matrices of mixed dtypes
+        pt.concatenate([m > 0, m > 1]),  # bools
         pt.join(0, *[x] * 30),  # wider than a plain call
     ]
     for out in declined:
@@ -89,6 +91,8 @@ def test_join_declines_what_it_does_not_implement():
         assert join.funcify(node.op, node) is None
     node = pt.concatenate([x, y]).owner
     assert join.funcify(node.op, node) is not None
+    node = pt.concatenate([m, m], axis=-1).owner  # matrices along a constant axis: join.array_axis
+    assert join.array_axis(node) == 1 and join.funcify(node.op, node) is not None
 
 
 # --- Split ------------------------------------------------------------------------------------

@@ -493,8 +493,9 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     env.update(spec.env)
     from pmfast.compiler import parts
 
+    w = parts.weights(spec.body, env, plan)  # once: the cut's plan and the entry's weight both read them
     if not big:
-        prepared = parts.prepare(original, spec, fn, env, plan, options, sys.modules[__name__])
+        prepared = parts.prepare(original, spec, fn, env, plan, options, sys.modules[__name__], w)
         if prepared is not None:
             return prepared
     src = generate_source(spec, name)
@@ -525,7 +526,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )
-    weight = sum(parts.weights(spec.body, env, plan))
+    weight = sum(w)
     return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(original, fn, inline=False), weight=weight)
 
 

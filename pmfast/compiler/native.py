@@ -219,25 +219,17 @@ def _(x, spec):
 def _dimshuffle_codegen(context, builder, xty, outty, value, order, drop, new_ref):
     from numba.core.imputils import impl_ret_borrowed, impl_ret_new_ref
 
-    ary = make_array(xty)(context, builder, value)
-    shapes = cgutils.unpack_tuple(builder, ary.shape, xty.ndim)
-    strides = cgutils.unpack_tuple(builder, ary.strides, xty.ndim)
+    meminfo, parent, itemsize, data, shapes, strides = array_fields(builder, value, xty.ndim)
     one, zero = cgutils.intp_t(1), cgutils.intp_t(0)
     for d in drop:
         with builder.if_then(builder.icmp_signed("!=", shapes[d], one), likely=False):
             context.call_conv.return_user_exc(builder, ValueError, (DIMSHUFFLE_SQUEEZE_MSG,))
-    out = make_array(outty)(context, builder)
-    populate_array(
-        out,
-        data=ary.data,
-        shape=[one if o == -1 else shapes[o] for o in order],
-        strides=[zero if o == -1 else strides[o] for o in order],
-        itemsize=ary.itemsize,
-        meminfo=ary.meminfo,
-        parent=ary.parent,
+    out = array_value(
+        context, builder, outty, meminfo, parent, itemsize, data,
+        [one if o == -1 else shapes[o] for o in order], [zero if o == -1 else strides[o] for o in order],
     )
     ret = impl_ret_new_ref if new_ref else impl_ret_borrowed
-    return ret(context, builder, outty, out._getvalue())
+    return ret(context, builder, outty, out)
 
 
 @intrinsic
@@ -433,3 +425,27 @@ def _(trans, m, n, a, lda, x, y):
     if trans == "t":
         m, n, matrix = n, m, matrix.T
     _memory(y, (m,), f64)[:] = matrix @ _memory(x, (n,), f64)
+
+
+def array_fields(builder, value, ndim):
+    """``(meminfo, parent, itemsize, data, shape, strides)`` of an array struct ``value`` (numba's
+    array data model), read with ``extractvalue``: no stack copy of the struct."""
+    shape = [builder.extract_value(value, [5, k]) for k in range(ndim)]
+    strides = [builder.extract_value(value, [6, k]) for k in range(ndim)]
+    return builder.extract_value(value, 0), builder.extract_value(value, 1), builder.extract_value(value, 3), builder.extract_value(value, 4), shape, strides
+
+
+def array_value(context, builder, arrty, meminfo, parent, itemsize, data, shape, strides):
+    """The array struct of type ``arrty`` with these fields (numba's array data model, ``nitems`` the
+    product of ``shape``), built with ``insertvalue``: what ``populate_array`` stores field by field
+    into a stack copy and loads back, in a few instructions."""
+    nitems = cgutils.intp_t(1)
+    for k, n in enumerate(shape):
+        nitems = n if k == 0 else builder.mul(nitems, n)
+    value = ir.Constant(context.get_value_type(arrty), ir.Undefined)
+    for field, v in ((0, meminfo), (1, parent), (2, nitems), (3, itemsize), (4, data)):
+        value = builder.insert_value(value, v, field)
+    for k, (n, s) in enumerate(zip(shape, strides)):
+        value = builder.insert_value(value, n, [5, k])
+        value = builder.insert_value(value, s, [6, k])
+    return value

@@ -58,6 +58,7 @@ entries).
 from __future__ import annotations
 
 import hashlib
+import os
 
 import numpy as np
 
@@ -497,13 +498,13 @@ def _reshape(op, node):
 def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
     from pytensor.scan.op import Scan
-    from pytensor.tensor.basic import Join, Split
+    from pytensor.tensor.basic import Alloc, Join, Split
     from pytensor.tensor.elemwise import DimShuffle, Elemwise
     from pytensor.tensor.extra_ops import CumOp
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
     from pytensor.tensor.sort import ArgSortOp
-    from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor
+    from pytensor.tensor.subtensor import AdvancedIncSubtensor, AdvancedSubtensor, IncSubtensor, Subtensor
 
     if node is None:
         return None
@@ -535,6 +536,12 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import cumop
 
         return cumop.funcify(op, node)
+    if type(op) in (Subtensor, IncSubtensor, Alloc) and os.environ.get("PMFAST_BASIC_INDEX", "1") != "0":
+        from pmfast.compiler import basic_index
+
+        found = (basic_index.alloc_funcify if type(op) is Alloc else basic_index.funcify)(op, node)
+        if found is not None:
+            return found
     if type(op) is AdvancedIncSubtensor:
         from pmfast.compiler import adv_inc
 

@@ -138,19 +138,20 @@ class PartPlan:
     bounds: tuple[int, ...]
 
 
-def plan(body, env, passable, epilogue_reads, inlined=None) -> PartPlan | None:
+def plan(body, env, passable, epilogue_reads, inlined=None, w=None) -> PartPlan | None:
     """Cut ``body`` into parts (see the module docstring), or None to compile it whole.
 
     ``passable(name)``: what a value crossing a cut costs (None: it can't cross; a value crosses if
     :func:`boundary_type` knows its type or the part that reads it can rebuild it); ``epilogue_reads``:
-    the names the entry's epilogue reads; ``inlined``: as for :func:`weights`.
+    the names the entry's epilogue reads; ``inlined``: as for :func:`weights`; ``w``: the statements'
+    :func:`weights` if the caller has them.
     """
     if not enabled():
         return None
     parsed = [_assign(s) for s in body]
     if any(p is None for p in parsed):
         return None
-    w = weights(body, env, inlined)
+    w = weights(body, env, inlined) if w is None else w
     total = sum(w)
     if total < SPLIT_MIN:
         return None
@@ -377,12 +378,14 @@ def _input_views(parsed, body, var_of: dict, inputs, slots=()) -> dict[str, tupl
     return out
 
 
-def split(spec, env, var_of: dict, input_types: dict, inlined=None) -> Split | None:
+def split(spec, env, var_of: dict, input_types: dict, inlined=None, w=None) -> Split | None:
     """Cut entry ``spec``'s body into parts, or None (see :func:`plan`).
 
     ``var_of`` maps body names to pytensor variables, ``input_types`` the entry's graph inputs to
-    their numba types, ``inlined`` the node functions the entry inlines (:func:`weights`).
+    their numba types, ``inlined`` the node functions the entry inlines, ``w`` the body's
+    :func:`weights` (computed here if None).
     """
+    w = weights(spec.body, env, inlined) if w is None else w
     body = list(spec.body)
     parsed = [_assign(s) for s in body]
     makers = _view_makers(body)
@@ -415,10 +418,9 @@ def split(spec, env, var_of: dict, input_types: dict, inlined=None) -> Split | N
     vector = 1 if spec.kind == "logp" else 0  # graph output index of the entry's vector output
     pieces = spec.pieces[vector] if spec.pieces[vector] is not None else (spec.outputs[vector],)
     epilogue = set(spec.outputs) | set(pieces)
-    cut = plan(body, env, passable, epilogue, inlined)
+    cut = plan(body, env, passable, epilogue, inlined, w)
     if cut is None:
         return None
-    w = weights(body, env, inlined)
     local = set(input_types) | set(buffers) | {t for p in parsed for t in p[0]}
     bounds = cut.bounds
 
@@ -504,13 +506,14 @@ class Part:
         return cres.library.get_pointer_to_function(cres.fndesc.llvm_func_name)
 
 
-def prepare(original, spec, fn, env: dict, plan: tuple, options: dict, E):
+def prepare(original, spec, fn, env: dict, plan: tuple, options: dict, E, w=None):
     """The entry for ``spec`` as parts and a thin entry calling them (a
     :class:`pmfast.compiler.entry.PreparedEntry`), or None to compile it whole.
 
     ``original`` is the spec before :mod:`pmfast.compiler.scalars` (its nodes give the values'
     types), ``env`` the entry's globals, ``plan`` the node functions the whole entry would inline
-    (:mod:`pmfast.compiler.inline`: each part inlines those it calls). ``E`` is the module
+    (:mod:`pmfast.compiler.inline`: each part inlines those it calls), ``w`` the body's
+    :func:`weights` (the caller's, computed once per entry). ``E`` is the module
     :mod:`pmfast.compiler.entry`, passed by it (this module stands below it and does not import it).
     """
     from dataclasses import replace
@@ -533,7 +536,7 @@ def prepare(original, spec, fn, env: dict, plan: tuple, options: dict, E):
     input_types = {spec.inputs[0]: types.Array(types.float64, 1, "C")}
     for slot, arg in zip(spec.shared, spec.inputs[1:], strict=True):
         input_types[arg] = types.Array(numba.from_dtype(np.dtype(slot.dtype)), slot.ndim, "C")
-    cut = split(spec, env, var_of, input_types, plan)
+    cut = split(spec, env, var_of, input_types, plan, w)
     if cut is None:
         return None
     graph_key = CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func)
