@@ -4,6 +4,7 @@
     ... --nodes solve_triangular,elemwise_14   # only these, compared many times
     ... --profile [--passes all] [--point draw] [--json out.json]   # where each side's gradient goes
     python bench/node_times.py --core --catalogue /work/catalogue [--point typical] [--json core.json]
+    python bench/node_times.py --table core.json   # the table again, from a whole or partial run
 
 ``--core``: ``--profile`` over the catalogue's core models (BENCHMARK_CORE.md's continuous ones), each
 in a fresh process (``--timeout`` s each; a failure is recorded and the rest go on), then a markdown
@@ -167,8 +168,9 @@ def core_table(results: list[dict], top: int = 3) -> str:
     return "\n".join(lines)
 
 
-def run_core(catalogue: str, point: str, passes: str, timeout: float, repeats: int, progress=print) -> list[dict]:
-    """``--profile`` of every continuous core model, each in a fresh process; its JSON or ``{"error": ...}``."""
+def run_core(catalogue: str, point: str, passes: str, timeout: float, repeats: int, progress=print, on_row=None) -> list[dict]:
+    """``--profile`` of every continuous core model, each in a fresh process; its JSON or ``{"error": ...}``.
+    ``on_row(results so far)`` is called after each model."""
     import json
     import os
     import subprocess
@@ -195,6 +197,9 @@ def run_core(catalogue: str, point: str, passes: str, timeout: float, repeats: i
                     results.append(json.loads(out.read_text()))
             except subprocess.TimeoutExpired:
                 results.append({"model": spec, "error": f"timed out after {timeout:.0f} s"})
+        results[-1]["loadavg"] = os.getloadavg()[0]
+        if on_row is not None:
+            on_row(results)
     return results
 
 
@@ -218,7 +223,16 @@ def main(argv=None):
     ap.add_argument("--core", action="store_true", help="--profile each core model of --catalogue (see above)")
     ap.add_argument("--catalogue", default=None, help="--core: a checkout of the PyMC model catalogue")
     ap.add_argument("--timeout", type=float, default=900.0, help="--core: seconds per model")
+    ap.add_argument("--table", default=None, help="print the markdown table of a --core JSON (a partial one too)")
     args = ap.parse_args(argv)
+    if args.table:
+        import json
+
+        with open(args.table) as f:
+            run = json.load(f)
+        print(f"commit {run['commit']}, point {run['point']}, load average {run['loadavg_start'][0]:.2f} at start, {run['loadavg_end'][0]:.2f} at end")
+        print(core_table(run["models"]))
+        return
     if args.core:
         import json
 
@@ -231,11 +245,14 @@ def main(argv=None):
 
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
         load = os.getloadavg()
-        results = run_core(args.catalogue, point, passes, args.timeout, args.repeats)
-        if args.json:
-            with open(args.json, "w") as f:
-                meta = {"commit": commit, "point": point, "passes": passes, "loadavg_start": load, "loadavg_end": os.getloadavg()}
-                json.dump({**meta, "models": results}, f, indent=1)
+
+        def write(results):  # after every model: a partial run keeps what it measured
+            if args.json:
+                with open(args.json, "w") as f:
+                    meta = {"commit": commit, "point": point, "passes": passes, "loadavg_start": load, "loadavg_end": os.getloadavg()}
+                    json.dump({**meta, "models": results}, f, indent=1)
+
+        results = run_core(args.catalogue, point, passes, args.timeout, args.repeats, on_row=write)
         print(f"commit {commit}, point {point}, load average at start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
         print(core_table(results))
         return
