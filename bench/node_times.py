@@ -3,11 +3,19 @@
     OPENBLAS_NUM_THREADS=1 python bench/node_times.py MODEL [--passes index_dtypes] [--repeats 31] [--top 15]
     ... --nodes solve_triangular,elemwise_14   # only these, compared many times
     ... --profile [--passes all] [--point draw] [--json out.json]   # where each side's gradient goes
+    python bench/node_times.py --core --catalogue /work/catalogue [--point typical] [--json core.json]
+    python bench/node_times.py --table core.json   # the table again, from a whole or partial run
+
+``--core``: ``--profile`` over the catalogue's core models (BENCHMARK_CORE.md's continuous ones), each
+in a fresh process (``--timeout`` s each; a failure is recorded and the rest go on), then a markdown
+table: per model both sides' whole-kernel µs and pmfast's top nodes with their share of its node sum.
 
 ``--profile``: stock's graph (``"none"``) and pmfast's (``--passes``, default all; the graphs may
 differ) are each timed node by node at a point the sampler visits (``--point draw``: a draw of a
 short stock nutpie run, the default; ``typical``: the initial point plus noise); per side the top
-nodes by time with the op each runs (the graph source's comment line), and the sum.
+nodes by time with the op each runs (the graph source's comment line), and the sum. The whole
+kernels are also timed, alternately at that point: stock's graph function as nutpie's numba backend
+calls it, pmfast's C-ABI entry (:func:`pmfast.bench.entry_timer`).
 
 When a model with no pass firing evaluates slower under pmfast than stock, the graph is the
 same and the difference is in how pmfast's linker implements or compiles a node
@@ -30,6 +38,7 @@ import argparse
 import ast
 import statistics
 import types
+from pathlib import Path
 
 import numpy as np
 
@@ -114,6 +123,86 @@ def print_profile(side: str, rows, top: int) -> None:
         print(f"  {mn:9.3f} {med:9.3f}  {100 * mn / total:5.1f}%  {name:<24} {label[:110]}")
 
 
+def kernel_times(stock, fast, x, repeats: int = 7) -> dict:
+    """Whole-kernel µs per logp+gradient call at ``x``, stock's and pmfast's alternating: ``{side: [min, median]}``."""
+    import pmfast
+    from pmfast.bench import entry_timer, time_calls
+
+    timers = {
+        "stock": lambda: time_calls(stock.vm.jit_fn, pmfast.kernel_args(stock, x), repeats=1)[0],
+        "pmfast": lambda t=entry_timer(fast)[1]: t(x, 1),
+    }
+    times = {side: [] for side in timers}
+    for _ in range(repeats):
+        for side, timer in timers.items():
+            times[side] += timer()
+    return {side: [min(t), statistics.median(t)] for side, t in times.items()}
+
+
+def short_label(label: str, width: int = 40) -> str:
+    """An op label cut to ``width``: an ``IndexedElemwise`` as a gather, or a gather with a scatter-add."""
+    if label.startswith("IndexedElemwise"):
+        return "IndexedElemwise (gather, scatter-add)" if "+= " in label else "IndexedElemwise (gather)"
+    return label if len(label) <= width else label[: width - 1] + "…"
+
+
+def _us(v: float) -> str:
+    return f"{v:.3g}" if v < 100 else f"{v:,.0f}"
+
+
+def core_table(results: list[dict], top: int = 3) -> str:
+    """Markdown: per model both sides' kernel µs and pmfast's top nodes (µs, share of its node sum)."""
+    lines = [
+        f"| model | stock µs | pmfast µs | ratio | pmfast's top {top} nodes: µs (share of node sum) |",
+        "|---|--:|--:|--:|---|",
+    ]
+    for r in results:
+        name = Path(r["model"]).stem
+        if "error" in r:
+            lines.append(f"| {name} | – | – | – | {r['error'][:100]} |")
+            continue
+        s, f = r["kernel"]["stock"][1], r["kernel"]["pmfast"][1]
+        total = sum(row[0] for row in r["pmfast"]) or 1.0
+        nodes = "; ".join(f"`{short_label(row[3]) or row[2]}` {_us(row[0])} ({100 * row[0] / total:.0f}%)" for row in r["pmfast"][:top])
+        lines.append(f"| {name} | {_us(s)} | {_us(f)} | {f / s:.2f} | {nodes} |")
+    return "\n".join(lines)
+
+
+def run_core(catalogue: str, point: str, passes: str, timeout: float, repeats: int, progress=print, on_row=None) -> list[dict]:
+    """``--profile`` of every continuous core model, each in a fresh process; its JSON or ``{"error": ...}``.
+    ``on_row(results so far)`` is called after each model."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from pmfast.bench import BLAS_ONE_THREAD
+    from pmfast.sampler_bench import core_models
+
+    results = []
+    env = {**BLAS_ONE_THREAD, **os.environ}
+    for spec in core_models(Path(catalogue), discrete=False):
+        progress(f"{Path(spec).stem} ...")
+        with tempfile.TemporaryDirectory(prefix="pmfast-nodes-") as tmp:
+            out = Path(tmp) / "out.json"
+            cmd = [sys.executable, __file__, spec, "--profile", "--point", point, "--passes", passes]
+            cmd += ["--repeats", str(repeats), "--json", str(out), "--top", "0"]
+            try:
+                proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout)
+                if proc.returncode or not out.is_file():
+                    tail = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+                    results.append({"model": spec, "error": tail[-1] if tail else f"exit code {proc.returncode}"})
+                else:
+                    results.append(json.loads(out.read_text()))
+            except subprocess.TimeoutExpired:
+                results.append({"model": spec, "error": f"timed out after {timeout:.0f} s"})
+        results[-1]["loadavg"] = os.getloadavg()[0]
+        if on_row is not None:
+            on_row(results)
+    return results
+
+
 def main(argv=None):
     import numba
 
@@ -122,7 +211,7 @@ def main(argv=None):
     from pmfast.loading import load_model
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("model")
+    ap.add_argument("model", nargs="?")
     ap.add_argument("--passes", default="index_dtypes")
     ap.add_argument("--repeats", type=int, default=31)
     ap.add_argument("--seconds", type=float, default=0.005, help="length of one timed repeat")
@@ -130,8 +219,45 @@ def main(argv=None):
     ap.add_argument("--nodes", default="", help="comma list of node function names (stock's): only these")
     ap.add_argument("--profile", action="store_true", help="each side's own graph, node by node (see above)")
     ap.add_argument("--point", default="draw", help="--profile: draw, typical or initial")
-    ap.add_argument("--json", default=None, help="--profile: write the rows here")
+    ap.add_argument("--json", default=None, help="--profile, --core: write the rows here")
+    ap.add_argument("--core", action="store_true", help="--profile each core model of --catalogue (see above)")
+    ap.add_argument("--catalogue", default=None, help="--core: a checkout of the PyMC model catalogue")
+    ap.add_argument("--timeout", type=float, default=900.0, help="--core: seconds per model")
+    ap.add_argument("--table", default=None, help="print the markdown table of a --core JSON (a partial one too)")
     args = ap.parse_args(argv)
+    if args.table:
+        import json
+
+        with open(args.table) as f:
+            run = json.load(f)
+        print(f"commit {run['commit']}, point {run['point']}, load average {run['loadavg_start'][0]:.2f} at start, {run['loadavg_end'][0]:.2f} at end")
+        print(core_table(run["models"]))
+        return
+    if args.core:
+        import json
+
+        if not args.catalogue:
+            ap.error("--core needs --catalogue DIR")
+        point = "typical" if args.point == "draw" else args.point
+        passes = "all" if args.passes == "index_dtypes" else args.passes
+        import os
+        import subprocess
+
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=Path(__file__).parent).stdout.strip()
+        load = os.getloadavg()
+
+        def write(results):  # after every model: a partial run keeps what it measured
+            if args.json:
+                with open(args.json, "w") as f:
+                    meta = {"commit": commit, "point": point, "passes": passes, "loadavg_start": load, "loadavg_end": os.getloadavg()}
+                    json.dump({**meta, "models": results}, f, indent=1)
+
+        results = run_core(args.catalogue, point, passes, args.timeout, args.repeats, on_row=write)
+        print(f"commit {commit}, point {point}, load average at start {load[0]:.2f}, at end {os.getloadavg()[0]:.2f}")
+        print(core_table(results))
+        return
+    if not args.model:
+        ap.error("a MODEL (or --core --catalogue DIR) is needed")
 
     @numba.njit
     def loop(f, n, a):
@@ -146,11 +272,14 @@ def main(argv=None):
         passes = "all" if args.passes == "index_dtypes" else args.passes
         stock, x0 = pmfast.logp_dlogp_function(model, "none")
         x = bench_points(x0, args.point, model=model, n=1)[0]
-        out = {}
+        out, fns = {}, {}
         for side, selection in (("stock", "none"), ("pmfast", passes)):
             fn = stock if side == "stock" else pmfast.logp_dlogp_function(model, selection if selection in ("all", "none") else selection.split(","))[0]
             out[side] = profile(fn, x, args.repeats, args.seconds, loop)
             print_profile(side, out[side], args.top)
+            fns[side] = fn
+        out["kernel"] = kernel_times(fns["stock"], fns["pmfast"], x)
+        print("whole kernel µs (min, median): " + ", ".join(f"{k} {v[0]:.2f} {v[1]:.2f}" for k, v in out["kernel"].items()))
         if args.json:
             with open(args.json, "w") as f:
                 json.dump({"model": args.model, "point": args.point, **out}, f, indent=1)

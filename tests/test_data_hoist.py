@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import pmfast
 from pmfast.compiler.callbacks import logp_at
-from pmfast.passes import data_hoist
+from pmfast.passes import data_hoist, scalar_split
 
 WITHOUT = [p.name for p in pmfast.passes.available() if p.name != data_hoist.PASS_NAME]
 #: every pass by name: a mode naming data_hoist marks (get_mode("all") leaves it to pmfast's compile paths)
@@ -302,3 +302,63 @@ def test_a_failing_derivation_declines(monkeypatch):
     monkeypatch.setattr(data_hoist.data_eval.NumpyGraph, "__call__", broken)
     monkeypatch.setattr(data_hoist, "_derivation_mode", broken)
     assert data_hoist.hoist(fn) == (fn, None)
+
+
+def hsgp_periodic_model(n=60, seed=2):
+    """A periodic HSGP (pm.gp.HSGPPeriodic) on pm.Data times: fusion puts the basis's row count
+    (``X.shape[0]``) into one scalar Composite with arithmetic on the point."""
+    import pymc as pm
+
+    rng = np.random.default_rng(seed)
+    t = np.sort(rng.uniform(0, 10, n))
+    y = np.sin(2 * np.pi * t / 3.0) + rng.normal(0, 0.3, n)
+    with pm.Model() as model:
+        X = pm.Data("t", t)
+        amp = pm.HalfNormal("amp", 1.0)
+        ls = pm.LogNormal("ls", 0.0, 1.0)
+        gp = pm.gp.HSGPPeriodic(m=8, scale=amp, cov_func=pm.gp.cov.Periodic(1, period=3.0, ls=ls))
+        f = gp.prior("f", X=X[:, None])
+        sigma = pm.HalfNormal("sigma", 1.0)
+        pm.Normal("y", f, sigma, observed=y)
+    return model
+
+
+def test_periodic_basis_behind_a_fused_row_count_is_hoisted():
+    """The cos/sin basis whose Alloc reads a row count fused with the point's arithmetic leaves the
+    kernel (split_scalar_composites), and logp and gradient match stock's."""
+    model = hsgp_periodic_model()
+    stock, x0 = pmfast.logp_dlogp_function(model, "none")
+    fast, _ = pmfast.logp_dlogp_function(model, "all")
+    assert not {"VmathSin", "Sin", "VmathCos", "Cos"} & _scalar_ops(fast.maker.fgraph)
+    for x in _points(x0):
+        (lp, g), (lp_ref, g_ref) = fast(x), stock(x)
+        assert _rel(lp, lp_ref) < 1e-12
+        assert _rel(g, g_ref) < 1e-12
+
+
+def test_split_scalar_composites_gives_data_outputs_a_node():
+    """A 0-d composite of a shared shape and a point coordinate: its shape-only output gets its own
+    node (all of whose inputs are data), the other output stays; the function's values are unchanged."""
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.scalar.basic import Composite
+    from pytensor.tensor.elemwise import Elemwise
+
+    x = pytensor.shared(np.linspace(0.5, 2.0, 7), name="x")
+    p = pt.dscalar("p")
+    from pytensor import scalar as ps
+
+    sn, sa = ps.int64(), ps.float64()
+
+    comp = Composite([sn, sa], [ps.maximum(sn, 0) * 2, ps.exp(sa) + ps.cast(sn, "float64")])
+    rows, e = Elemwise(comp)(x.shape[0], p)
+    out = pt.alloc(x[0], rows).sum() + e
+    fg = FunctionGraph([p, x], [out], clone=False)
+    pairs = scalar_split.split_scalar_composites(fg, [x])
+    assert len(pairs) == 1
+    (old, new), = pairs
+    from pytensor.graph.traversal import ancestors
+
+    assert x in ancestors([new]) and p not in ancestors([new]) and p in ancestors([old])
+    assert out in fg.outputs and fg.clients[new]
+    fn = pytensor.function([p], fg.outputs[0], mode="FAST_COMPILE")
+    assert fn(0.3) == pytest.approx(14 * 0.5 + np.exp(0.3) + 7, rel=1e-14)

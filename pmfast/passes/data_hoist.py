@@ -28,6 +28,10 @@ subgraph. A boundary is hoisted when
   :data:`MAX_ELEMENTS` elements. An ``Alloc`` or an outer product of two vectors stays in the
   kernel; an HSGP basis (sines of a 65×2 matrix and 2×1600 constants, 104,000 values) is hoisted.
 
+Before looking, a copy of the compiled graph has the data-only outputs of partly data-only 0-d
+composites (a row count fusion merged with the point's arithmetic) split off
+(:mod:`~pmfast.passes.scalar_split`), so what they shape is data too.
+
 How it is safe. Each hoisted boundary becomes a new shared input (``__hoisted_<kind>_<k>``)
 of a copy of the compiled graph (``FunctionMaker`` with ``no_fgraph_prep``, as
 ``Function.copy`` does: no rewrite runs again). Its value is computed by
@@ -52,7 +56,7 @@ from pytensor.compile.ops import TypeCastingOp
 from pytensor.graph.features import ReplaceValidate
 from pytensor.graph.rewriting.basic import GraphRewriter
 
-from pmfast.passes import data_eval
+from pmfast.passes import data_eval, scalar_split
 from pmfast.passes.registry import record, register_pass
 
 PASS_NAME = "data_hoist"
@@ -353,16 +357,20 @@ def _hoist(fn, kind):
         VIEW_OPS = _view_ops()
     maker = fn.maker
     fgraph = maker.fgraph
-    shared = {var: spec.variable for var, spec in zip(fgraph.inputs, maker.inputs, strict=True) if spec.implicit}
-    leaves = [v for v in shared if _is_tensor(v) and spec_is_plain(maker, v)]
+    memo = clone_get_equiv(fgraph.inputs, fgraph.outputs)
+    new_fg = FunctionGraph([memo[i] for i in fgraph.inputs], [memo[o] for o in fgraph.outputs], clone=False)
+    new_fg.update_mapping = fgraph.update_mapping
+    shared = {memo[var]: spec.variable for var, spec in zip(fgraph.inputs, maker.inputs, strict=True) if spec.implicit}
+    leaves = [memo[v] for v in fgraph.inputs if memo[v] in shared and _is_tensor(v) and spec_is_plain(maker, v)]
+    splits = scalar_split.split_scalar_composites(new_fg, leaves)
     candidates = []
-    for var in boundaries(fgraph, leaves):  # a view of an earlier one is read as a view of its input
+    for var in boundaries(new_fg, leaves):  # a view of an earlier one is read as a view of its input
         if worth(var, leaves + candidates):
             candidates.append(var)
     if not candidates:
         return fn, None
 
-    sources = sorted({a for v in candidates for n in subgraph(v, leaves) for a in n.inputs if a in shared}, key=fgraph.inputs.index)
+    sources = sorted({a for v in candidates for n in subgraph(v, leaves) for a in n.inputs if a in shared}, key=new_fg.inputs.index)
     memo = {s: s.type() for s in sources}
     equiv = clone_get_equiv(sources, candidates, copy_inputs=False, memo=dict(memo))
     inputs, outputs = [memo[s] for s in sources], [equiv[v] for v in candidates]
@@ -373,24 +381,24 @@ def _hoist(fn, kind):
     keep = [k for k, (v, value) in enumerate(zip(candidates, values, strict=True)) if fits(v, np.asarray(value), leaves, leaf_sizes)]
     if not keep:
         return fn, None
+    split_nodes = {new.owner for _, new in splits}
+    if splits and not any(n in split_nodes for k in keep for n in subgraph(candidates[k], leaves)):
+        for old, new in splits:  # no hoisted value needs them: the kernel stays as it was
+            new_fg.replace(new, old, reason=PASS_NAME, import_missing=True)
 
     names = tuple(f"{HOISTED_PREFIX}{kind}_{k}" for k in range(len(keep)))
     derivation = Derivation(names, tuple(shared[s].name for s in sources), tuple(candidates[k].dtype for k in keep), _Picked(derive, tuple(keep)))
     stored = derivation({shared[s].name: data[s] for s in sources})
 
-    out_vars = fgraph.outputs
-    memo = clone_get_equiv(fgraph.inputs, out_vars)
-    new_fg = FunctionGraph([memo[i] for i in fgraph.inputs], [memo[o] for o in out_vars], clone=False)
-    new_fg.update_mapping = fgraph.update_mapping
     ins = [_copy(i) for i in maker.inputs]
-    hoisted = [memo[candidates[k]] for k in keep]
+    hoisted = [candidates[k] for k in keep]
     for old, new in _out_of_place(new_fg, hoisted):
         new_fg.replace(old, new, reason=PASS_NAME)
     for name, k in zip(names, keep, strict=True):
         var = candidates[k]
         sv = pytensor.shared(stored[name], name=name, shape=var.type.shape, borrow=True)
         new_fg.add_input(sv)
-        new_fg.replace(memo[var], sv, reason=PASS_NAME, import_missing=True)
+        new_fg.replace(var, sv, reason=PASS_NAME, import_missing=True)
         ins.append(In(variable=sv, value=sv.container, mutable=False, borrow=True, shared=True))
     from pytensor.compile.function.types import SymbolicOutput
 
