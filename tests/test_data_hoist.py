@@ -353,7 +353,7 @@ def test_split_scalar_composites_gives_data_outputs_a_node():
     rows, e = Elemwise(comp)(x.shape[0], p)
     out = pt.alloc(x[0], rows).sum() + e
     fg = FunctionGraph([p, x], [out], clone=False)
-    pairs = scalar_split.split_scalar_composites(fg, [x])
+    pairs = scalar_split.split_scalar_composites(fg, lambda: data_hoist._data_region(fg, [x], set()))
     assert len(pairs) == 1
     (old, new), = pairs
     from pytensor.graph.traversal import ancestors

@@ -362,7 +362,7 @@ def _hoist(fn, kind):
     new_fg.update_mapping = fgraph.update_mapping
     shared = {memo[var]: spec.variable for var, spec in zip(fgraph.inputs, maker.inputs, strict=True) if spec.implicit}
     leaves = [memo[v] for v in fgraph.inputs if memo[v] in shared and _is_tensor(v) and spec_is_plain(maker, v)]
-    splits = scalar_split.split_scalar_composites(new_fg, leaves)
+    splits = scalar_split.split_scalar_composites(new_fg, lambda: _data_region(new_fg, leaves, set()), PASS_NAME)
     candidates = []
     for var in boundaries(new_fg, leaves):  # a view of an earlier one is read as a view of its input
         if worth(var, leaves + candidates):

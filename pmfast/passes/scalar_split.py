@@ -43,10 +43,12 @@ def _splittable(node, data) -> list[int]:
     ]
 
 
-def split_scalar_composites(fgraph, leaves) -> list:
+def split_scalar_composites(fgraph, data_region, reason: str = "data_hoist") -> list:
     """Give the data-only outputs of partly data-only 0-d composites (:func:`_splittable`) a node of
     their own in ``fgraph``, so that what they shape (an ``Alloc`` of an HSGP's periodic basis) is
-    data too. Returns the ``(old, new)`` output pairs replaced.
+    data too. ``data_region()`` returns the set of ``fgraph``'s variables computed from data only
+    (the caller's notion of data; asked again after each split); replacements carry ``reason``.
+    Returns the ``(old, new)`` output pairs replaced.
 
     Safe: the new node computes those outputs by the same inner graph from the same (data) inputs,
     out of place; the old node keeps computing the others, made not to overwrite those inputs in
@@ -55,11 +57,9 @@ def split_scalar_composites(fgraph, leaves) -> list:
     from pytensor.scalar.basic import Composite
     from pytensor.tensor.elemwise import Elemwise
 
-    from pmfast.passes import data_hoist
-
     pairs = []
     while True:
-        data = data_hoist._data_region(fgraph, leaves, set())
+        data = data_region()
         for node in fgraph.toposort():
             outs = [k for k in _splittable(node, data) if fgraph.clients[node.outputs[k]]]
             if outs:
@@ -73,7 +73,7 @@ def split_scalar_composites(fgraph, leaves) -> list:
             if type(node.op) is not Elemwise:
                 return pairs
             rebuilt = Elemwise(node.op.scalar_op, pattern).make_node(*node.inputs)
-            fgraph.replace_all(list(zip(node.outputs, rebuilt.outputs, strict=True)), reason=data_hoist.PASS_NAME, import_missing=True)
+            fgraph.replace_all(list(zip(node.outputs, rebuilt.outputs, strict=True)), reason=reason, import_missing=True)
             node = rebuilt
         try:
             composite = Composite([inner.inputs[i] for i in needed], [inner.outputs[k] for k in outs])
@@ -83,4 +83,4 @@ def split_scalar_composites(fgraph, leaves) -> list:
             return pairs
         for k, var in zip(outs, new.outputs, strict=True):
             pairs.append((node.outputs[k], var))
-            fgraph.replace(node.outputs[k], var, reason=data_hoist.PASS_NAME, import_missing=True)
+            fgraph.replace(node.outputs[k], var, reason=reason, import_missing=True)
