@@ -1,4 +1,6 @@
+import importlib.util
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -38,6 +40,33 @@ def build_model():
         pm.Normal("y", mu, s, observed=np.array([0.1, -0.3, 0.5, 1.2]))
     return m
 '''
+
+
+def load_bench(name: str):
+    """The script ``bench/<name>.py`` as a module (bench/ is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "bench" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"_bench_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def assert_same_as_stock(stock, ours, args, rtol: float = 0.0):
+    """``ours(*args)`` gives ``stock(*args)``'s outputs (shapes, dtypes, values: equal, or to ``rtol``),
+    or, where stock raises, raises the same exception type."""
+    try:
+        want = stock(*args)
+    except Exception as err:
+        with pytest.raises(type(err)):
+            ours(*args)
+        return
+    for w, g in zip(want, ours(*args), strict=True):
+        w, g = np.asarray(w), np.asarray(g)
+        assert w.shape == g.shape and w.dtype == g.dtype
+        if rtol:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=1e-300)
+        else:
+            np.testing.assert_array_equal(g, w)
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_bench
 
 SWEEP = Path(__file__).resolve().parents[1] / "bench" / "catalogue_sweep.py"
 
@@ -64,11 +65,7 @@ def test_a_missing_catalogue_is_a_clear_error(tmp_path):
 
 
 def test_relative_differences():
-    sys.path.insert(0, str(SWEEP.parent))
-    try:
-        import catalogue_sweep
-    finally:
-        sys.path.remove(str(SWEEP.parent))
+    catalogue_sweep = load_bench("catalogue_sweep")
     assert catalogue_sweep._relative([1.0, 2.0], [1.0, 2.0]) == 0.0
     assert catalogue_sweep._relative([1000.0, 1.0], [1000.0, 1.001]) == pytest.approx(1e-6)  # the gradient's scale
     assert catalogue_sweep._relative(2e-3, 1e-3) == 0.5

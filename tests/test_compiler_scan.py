@@ -16,6 +16,7 @@ import pytensor
 import pytensor.tensor as pt
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from conftest import assert_same_as_stock
 from pytensor.scan.utils import until
 
 import pmfast
@@ -95,21 +96,6 @@ def for_values(rng, n, m):
     ]
 
 
-def check_equal(stock, fast, args):
-    """The same values, or the same exception type (``xs[-1]`` of no steps)."""
-    try:
-        want = stock(*args)
-    except Exception as e:
-        with pytest.raises(type(e)):
-            fast(*args)
-        return
-    got = fast(*args)
-    for w, g in zip(want, got, strict=True):
-        w, g = np.asarray(w), np.asarray(g)
-        assert w.shape == g.shape and w.dtype == g.dtype
-        np.testing.assert_allclose(g, w, rtol=1e-12, atol=1e-300)
-
-
 def test_every_scan_is_pmfast_loop(compiled):
     from pytensor.scan.op import Scan
 
@@ -131,7 +117,7 @@ def test_step_values_are_scalars(compiled):
 @pytest.mark.parametrize("n", [0, 1, 2, 3, 7])
 def test_for_scan_matches_stock(compiled, n):
     stock, fast = compiled["for"]
-    check_equal(stock, fast, for_values(np.random.default_rng(n), n, max(n, 1)))
+    assert_same_as_stock(stock, fast, for_values(np.random.default_rng(n), n, max(n, 1)), rtol=1e-12)  # or the same exception (xs[-1] of no steps)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -140,14 +126,14 @@ def test_for_scan_matches_stock_drawn(compiled, n, extra, seed, x0):
     stock, fast = compiled["for"]
     args = for_values(np.random.default_rng(seed), n, n + extra)
     args[3] = 30.0 + x0
-    check_equal(stock, fast, args)
+    assert_same_as_stock(stock, fast, args, rtol=1e-12)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(x0=st.floats(-2, 2), limit=st.floats(-5, 200), n=st.integers(0, 15))
 def test_while_scan_matches_stock(compiled, x0, limit, n):
     stock, fast = compiled["while"]
-    check_equal(stock, fast, [x0, limit, np.int64(n)])
+    assert_same_as_stock(stock, fast, [x0, limit, np.int64(n)], rtol=1e-12)
 
 
 def test_random_step_declines_to_stock():

@@ -2,39 +2,19 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "node_times.py"
-
-TINY = '''
-import numpy as np
-import pymc as pm
-
-
-def build_model():
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 1)
-        sigma = pm.HalfNormal("sigma", 1)
-        pm.Normal("y", mu, sigma, observed=np.array([0.1, -0.3, 0.7, 1.2]))
-    return model, None
-'''
+from conftest import load_bench
 
 
 @pytest.fixture(scope="module")
 def node_times():
-    spec = importlib.util.spec_from_file_location("_node_times", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_bench("node_times")
 
 
 @pytest.mark.slow
-def test_core_profiles_each_model_in_its_own_process(node_times, tmp_path):
+def test_core_profiles_each_model_in_its_own_process(node_times, tmp_path, tiny_model_source):
     (tmp_path / "models").mkdir()
-    (tmp_path / "models" / "tiny.py").write_text(TINY)
+    (tmp_path / "models" / "tiny.py").write_text(tiny_model_source)
     (tmp_path / "models" / "broken.py").write_text("def build_model():\n    raise RuntimeError('no model here')\n")
     (tmp_path / "BENCHMARK_CORE.md").write_text("1. `models/broken.py` — fails\n2. `models/tiny.py` — a normal\n")
     results = node_times.run_core(str(tmp_path), "typical", "all", timeout=600, repeats=1, progress=lambda s: None)
