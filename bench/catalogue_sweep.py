@@ -55,39 +55,30 @@ def _relative(a, b) -> float:
 
 def one(path: str) -> dict:
     """Compile the model at ``path`` with pmfast in this process and check it (see the module docstring)."""
-    import resource
-
     import numpy as np
     from pymc.logprob.utils import ParameterValueError
     from pytensor.compile.mode import Mode
 
     import pmfast
+    from pmfast.bench import model_x0, peak_rss_mb, process_cpu_s
     from pmfast.compiler.callbacks import logp_at
     from pmfast.frontend import ModelError
     from pmfast.loading import load_model
 
-    def cpu():
-        own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-        return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-
     model, _ = load_model(path)
     out = {"n_free": len(model.free_RVs)}
-    t0, c0 = time.perf_counter(), cpu()
+    t0, c0 = time.perf_counter(), process_cpu_s()
     try:
         compiled = pmfast.compile(model)
     except ModelError as exc:
         return {**out, "status": "declined", "message": f"{type(exc).__name__}: {exc}"[:300]}
-    out.update(compile_s=time.perf_counter() - t0, compile_cpu_s=cpu() - c0)
-    out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    out.update(compile_s=time.perf_counter() - t0, compile_cpu_s=process_cpu_s() - c0)
+    out["peak_rss_mb"] = peak_rss_mb()
     out["n_dim"] = int(compiled.n_dim)
 
     reference = model.logp_dlogp_function(ravel_inputs=True, mode=Mode(linker="py", optimizer="fast_run"))
     reference.set_extra_values({})
-    from pymc.initial_point import make_initial_point_fn
-
-    point = make_initial_point_fn(model=model, return_transformed=True)(0)
-    names = [model.rvs_to_values[rv].name for rv in model.free_RVs]
-    x0 = np.concatenate([np.asarray(point[n], dtype="float64").ravel() for n in names])
+    x0 = model_x0(model, compiled)
     rng = np.random.default_rng(0)
     worst = 0.0
     for x in (x0, x0 + 0.1 * rng.normal(size=x0.size)):
