@@ -199,7 +199,7 @@ def _py_index(literal):
 
 @view.python
 def _(x, literal):
-    return x[_py_index(literal)]
+    return x[(*_py_index(literal), ...)]  # with the Ellipsis one element is a 0-d view, as compiled
 
 
 @intrinsic(prefer_literal=True)
