@@ -37,22 +37,6 @@ from pathlib import Path
 PARITY = 1e-9
 
 
-def _relative(a, b) -> float:
-    """max |a - b| over the entries where ``b`` is finite, relative to the largest such |b| (and |a|): a
-    gradient as :func:`pmfast.bench.parity` compares one, so a component that is a near-cancelling
-    sum of large terms is judged against the gradient's scale. inf where only one side is finite."""
-    import numpy as np
-
-    a, b = np.atleast_1d(np.asarray(a, dtype=float)), np.atleast_1d(np.asarray(b, dtype=float))
-    if np.any(np.isfinite(a) != np.isfinite(b)):
-        return float("inf")
-    both = np.isfinite(b)
-    if not both.any():
-        return 0.0
-    scale = max(np.abs(a[both]).max(), np.abs(b[both]).max(), 1e-300)
-    return float(np.abs(a[both] - b[both]).max() / scale)
-
-
 def one(path: str) -> dict:
     """Compile the model at ``path`` with pmfast in this process and check it (see the module docstring)."""
     import numpy as np
@@ -60,7 +44,7 @@ def one(path: str) -> dict:
     from pytensor.compile.mode import Mode
 
     import pmfast
-    from pmfast.bench import model_x0, peak_rss_mb, process_cpu_s
+    from pmfast.bench import model_x0, peak_rss_mb, process_cpu_s, relative_difference
     from pmfast.compiler.callbacks import logp_at
     from pmfast.frontend import ModelError
     from pmfast.loading import load_model
@@ -92,7 +76,7 @@ def one(path: str) -> dict:
         if code and np.isfinite(ref_logp):
             return {**out, "status": "error", "message": f"the logp callback returned {code} where pytensor's logp is {ref_logp}"}
         if not code:
-            worst = max(worst, _relative(logp, ref_logp), _relative(grad, ref_grad))
+            worst = max(worst, relative_difference(logp, ref_logp), relative_difference(grad, ref_grad))
     out.update(status="ok", parity=worst, mismatch=worst > PARITY)
     return out
 

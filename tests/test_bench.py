@@ -83,6 +83,15 @@ def test_parity_is_relative():
     assert np.isnan(bench.parity(a, {**b, "n_dim": 3})["grad"])
 
 
+def test_relative_difference_judges_on_the_values_scale():
+    rd = bench.relative_difference
+    assert rd([1.0, 2.0], [1.0, 2.0]) == 0.0
+    assert rd([1000.0, 1.0], [1000.0, 1.001]) == pytest.approx(1e-6)  # the gradient's scale, not the component's
+    assert rd(2e-3, 1e-3) == 0.5 and rd(0.0, 0.0) == 0.0
+    assert rd([np.inf], [1.0]) == np.inf and rd([np.inf], [-np.inf]) == np.inf and rd([1.0, 2.0], [1.0]) == np.inf
+    assert rd([-np.inf, 1.0], [-np.inf, 1.0]) == 0.0 and rd([np.nan], [np.nan]) == 0.0
+
+
 def test_run_side_needs_five_repeats(tiny):
     with pytest.raises(ValueError, match="at least 5"):
         bench.run_side(tiny, "none", 3)
