@@ -185,7 +185,7 @@ def sampler_table(results, means) -> list[str]:
     """The sampler bench as markdown lines: one row per model and side, then the geometric means.
 
     First run = compile + the first call's extra + start-up + the gradients of a 1000 + 1000 run; agreement = largest |Δmean| of the
-    long run's posterior against stock's, in Monte-Carlo standard errors."""
+    long run's posterior against stock's, in Monte-Carlo standard errors ("(short)": the short runs', where the long runs' lengths differ)."""
     lines = ["| " + " | ".join(SAMPLER_COLUMNS) + " |", "|---|---|" + "---:|" * (len(SAMPLER_COLUMNS) - 2)]
     for r in results:
         label = spec_label(r["model"]).removesuffix(":build_model")
@@ -196,7 +196,7 @@ def sampler_table(results, means) -> list[str]:
             cpu = _number(x["per_grad_cpu_us"]) + (f" ({cpu_ratio:.2f}×)" if cpu_ratio is not None else "") if "per_grad_cpu_us" in x else ""
             agree = r["agreement"].get(side)
             cells = (label, side, f"{x['compile_s']:.1f}", grad, cpu, f"{x['startup_s']:.3f}",
-                     f"{x['first_call_extra_s']:.2f}", f"{x['first_run_s']:.1f}", "" if agree is None else f"{agree:.1f}")
+                     f"{x['first_call_extra_s']:.2f}", f"{x['first_run_s']:.1f}", "" if agree is None else f"{agree:.1f}" + (" (short)" if r.get("agreement_run", {}).get(side) else ""))
             lines.append("| " + " | ".join(cells) + " |")
         for side, error in r["errors"].items():
             lines.append(f"| {label} | {side} | failed: {error} |" + " |" * (len(SAMPLER_COLUMNS) - 3))

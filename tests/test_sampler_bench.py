@@ -64,6 +64,20 @@ def test_compare_ratios_and_agreement_against_stock(fake_workers):
     assert all("posterior" not in r for r in row["sides"].values())
 
 
+def test_agreement_uses_runs_of_equal_length(monkeypatch):
+    """A heavy side's budget-shortened long run is not compared with the other side's full one: the short runs are."""
+    near, far = {"mu[0]": (0.0, 1.0, 400.0)}, {"mu[0]": (1.0, 1.0, 400.0)}
+    rows = {"stock": {**side(100.0, far), "long": {"tune": 273, "draws": 273}, "posterior_short": near},
+            "pmfast": {**side(50.0, near), "long": {"tune": 1000, "draws": 1000}, "posterior_short": near}}
+    monkeypatch.setattr(sb, "worker", lambda spec, s, *args: dict(rows[s]))
+    (row,) = sb.compare(["m"], sides=("stock", "pmfast"))
+    assert row["agreement"] == {"pmfast": 0.0} and row["agreement_run"] == {"pmfast": "short"}
+    assert "(short)" in "\n".join(sampler_table([row], {}))
+    rows["stock"]["long"] = {"tune": 1000, "draws": 1000}
+    (row,) = sb.compare(["m"], sides=("stock", "pmfast"))
+    assert row["agreement"]["pmfast"] == pytest.approx(1 / math.sqrt(2 / 400)) and "agreement_run" not in row
+
+
 def test_compare_without_stock_has_no_ratios(fake_workers):
     fake_workers.update({("m", "pmfast"): 50.0})
     (row,) = sb.compare(["m"], sides=("pmfast",))
