@@ -42,7 +42,7 @@ def _layout(full, how):
     return full[::-1].copy()[::-1]  # negative strides
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=30, deadline=None)
 @given(
     case=st.sampled_from(AXES),
     kind=st.sampled_from(sorted(REDUCE)),
