@@ -43,7 +43,7 @@ behaves the same: same results, same exception type and message.
   Vector · vector is a loop. Other matrix products stay pytensor's.
 
 ``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`;
-``CumOp``: :mod:`pmfast.compiler.cumop`; ``AdvancedIncSubtensor`` with a constant index vector per
+``CumOp``: :mod:`pmfast.compiler.cumop`; ``CAReduce`` over some axes: :mod:`pmfast.compiler.careduce`; ``AdvancedIncSubtensor`` with a constant index vector per
 axis: :mod:`pmfast.compiler.adv_inc`, ``AdvancedSubtensor`` with them: :mod:`pmfast.compiler.adv_sub`; ``ArgSortOp`` of a vector: :mod:`pmfast.compiler.sort`.
 Dense linear algebra (``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``, matrix ×
 matrix ``Dot``): :mod:`pmfast.compiler.linalg`.
@@ -499,7 +499,7 @@ def funcify_and_cache_key(op, node):
     """pmfast's ``(numba function, cache key)`` for ``op``, or None to use pytensor's."""
     from pytensor.scan.op import Scan
     from pytensor.tensor.basic import Alloc, Join, Split
-    from pytensor.tensor.elemwise import DimShuffle, Elemwise
+    from pytensor.tensor.elemwise import CAReduce, DimShuffle, Elemwise
     from pytensor.tensor.extra_ops import CumOp
     from pytensor.tensor.math import Dot, Sum
     from pytensor.tensor.shape import Reshape, SpecifyShape
@@ -508,6 +508,11 @@ def funcify_and_cache_key(op, node):
 
     if node is None:
         return None
+    if isinstance(op, CAReduce) and os.environ.get("PMFAST_CAREDUCE", "1") != "0":
+        from pmfast.compiler import careduce
+
+        found = _sum_all(op, node) if type(op) is Sum else None
+        return found if found is not None else careduce.funcify(op, node)
     if type(op) is Sum:
         return _sum_all(op, node)
     if isinstance(op, SpecifyShape):
