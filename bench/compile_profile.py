@@ -172,6 +172,7 @@ def worker(model_spec, side, passes, top):
         exec(open(os.environ["PMFAST_PROFILE_SETUP"]).read(), {"__name__": "setup"})
     rec = Recorder()
     rec.install()
+    rewrite_cpu = time_rewrites()
     c0, t0 = time.process_time(), time.perf_counter()
     if side == "stock":
         compiled = nutpie.compile_pymc_model(model)
@@ -182,6 +183,8 @@ def worker(model_spec, side, passes, top):
     out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "timings": timings}
     # the forked worker's CPU (pmfast.compiler.handover), not in this process's numba events
     out["worker_cpu"] = getattr(compiled, "cpu_timings", {}).get("numba: worker", 0.0)
+    out["cpu_timings"] = dict(getattr(compiled, "cpu_timings", {}))
+    out["rewrite_cpu"] = rewrite_cpu[0]
     out["parts"] = [len(getattr(k, "parts", ())) for k in getattr(compiled, "kernels", ())]
     out.update(rec.summary(top))
     out["n_dim"] = int(compiled.n_dim)
@@ -191,6 +194,27 @@ def worker(model_spec, side, passes, top):
     out["peak_rss_mb"] = peak_rss_mb()
     out["peak_rss_children_mb"] = peak_rss_mb(children=True)
     return out
+
+
+def time_rewrites() -> list:
+    """CPU seconds spent in top-level pytensor graph rewriting (the mode's optimizer), summed into the returned cell."""
+    from pytensor.graph.rewriting.basic import SequentialGraphRewriter
+
+    cell, depth = [0.0], [0]
+    orig = SequentialGraphRewriter.apply
+
+    def apply(self, fgraph, *args, **kwargs):
+        depth[0] += 1
+        t0 = time.process_time()
+        try:
+            return orig(self, fgraph, *args, **kwargs)
+        finally:
+            depth[0] -= 1
+            if not depth[0]:
+                cell[0] += time.process_time() - t0
+
+    SequentialGraphRewriter.apply = apply
+    return cell
 
 
 def rewrites_worker(model_spec, side, passes):
@@ -297,6 +321,41 @@ def growth_table(specs, results) -> None:
         print(f"  {k[:40]:<40}" + "".join(f"{y:>15.2f}" for y in ys) + f"{exponent(nodes, ys):>10.2f}")
 
 
+def cpu_stages(r) -> dict:
+    """One full pmfast profile's CPU seconds by stage: graph build, rewrites, numba (worker included), total."""
+    cpu = r.get("cpu_timings", {})
+    graphs = cpu.get("graphs + rewrites", 0.0) + cpu.get("data_hoist", 0.0) + cpu.get("initial point", 0.0)
+    numba = sum(v for k, v in cpu.items() if k.startswith("numba"))
+    rewrites = r.get("rewrite_cpu", 0.0)
+    return {"graph build": graphs - rewrites, "rewrites": rewrites, "numba + LLVM": numba,
+            "total": r["cpu"] + r.get("worker_cpu", 0.0)}
+
+
+def growth_summary(specs, pm, stock) -> list[str]:
+    """Markdown rows: logp nodes, pmfast's CPU s by stage and stock's total, each with its exponent
+    over the sizes that finished (``None``: over the timeout)."""
+    done = [(s, r) for s, r in zip(specs, pm) if r is not None]
+    nodes = {s: r["nodes"] for s, r in done}
+    for s, r in zip(specs, stock):
+        if r is not None:
+            nodes.setdefault(s, r["nodes"])
+    head = "| | " + " | ".join(f"{os.path.basename(s)} ({nodes.get(s, '?')})" for s in specs) + " | exponent |"
+    rows = [head, "|---|" + "---:|" * (len(specs) + 1)]
+
+    def row(label, values):
+        xs = [nodes[s] for s, v in zip(specs, values) if v is not None]
+        ys = [v for v in values if v is not None]
+        cells = " | ".join("—" if v is None else f"{v:.1f}" for v in values)
+        rows.append(f"| {label} | {cells} | {exponent(xs, ys):.2f} |")
+
+    per = [None if r is None else cpu_stages(r) for r in pm]
+    for k in ("total", "graph build", "rewrites", "numba + LLVM"):
+        row(f"pmfast {k}", [None if p is None else p[k] for p in per])
+    if any(r is not None for r in stock):
+        row("stock total", [None if r is None else r["cpu"] + r.get("worker_cpu", 0.0) for r in stock])
+    return rows
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", nargs="+")
@@ -307,6 +366,10 @@ def main(argv=None):
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--json")
     ap.add_argument("--rewrites-only", action="store_true", help="time the graph stages only (no numba)")
+    ap.add_argument("--timeout", type=float, help="seconds per model (wall); a model over it is left out of the table")
+    ap.add_argument("--growth", action="store_true",
+                    help="CPU s per stage against logp nodes, pmfast and stock (each in a fresh process), as a markdown table")
+    ap.add_argument("--stock-timeout", type=float, help="--growth: stock's own timeout (0: pmfast only)")
     ap.add_argument("--worker", action="store_true")
     args = ap.parse_args(argv)
     if args.worker:
@@ -316,22 +379,37 @@ def main(argv=None):
             print(json.dumps(worker(args.model[0], args.side, args.passes, args.top)))
         return
     specs = [resolve(m, args.catalogue) for m in args.model]
+    if args.growth:
+        pm = [profile_one(spec, args) for spec in specs]
+        args.side = "stock"
+        stock = [profile_one(spec, args) for spec in specs] if args.stock_timeout != 0 else [None] * len(specs)
+        print("\n".join(growth_summary(specs, pm, stock)))
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump({"pmfast": dict(zip(specs, pm)), "stock": dict(zip(specs, stock))}, f, indent=1)
+        return
     results = [profile_one(spec, args) for spec in specs]
-    if len(specs) > 1:
-        growth_table(specs, results)
+    done = [(s, r) for s, r in zip(specs, results) if r is not None]
+    if len(done) > 1:
+        growth_table([s for s, _ in done], [r for _, r in done])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(zip(specs, results)), f, indent=1)
 
 
-def profile_one(spec, args) -> dict:
+def profile_one(spec, args) -> dict | None:
     """Profile one model in a fresh process with a fresh (or the given) cache; print its breakdown."""
     with tempfile.TemporaryDirectory(prefix="pmfast-profile-") as d:
         cache = args.cache or d
         env = {**os.environ, "PYTENSOR_FLAGS": f"base_compiledir={cache}", "NUMBA_CACHE_DIR": os.path.join(cache, "numba-cache")}
         cmd = [sys.executable, __file__, spec, "--side", args.side, "--passes", args.passes, "--top", str(args.top), "--worker"]
         cmd += ["--rewrites-only"] if args.rewrites_only else []
-        res = subprocess.run(cmd, env=env, capture_output=True, text=True)
+        try:
+            timeout = args.stock_timeout if args.side == "stock" and args.stock_timeout else args.timeout
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            print(f"{spec} ({args.side}): over the {timeout:.0f} s timeout, left out")
+            return None
     if res.returncode:
         sys.exit(res.stderr)
     r = json.loads(res.stdout.strip().splitlines()[-1])

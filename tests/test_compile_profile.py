@@ -25,3 +25,19 @@ def test_rewrites_only_times_each_phase_and_pass(profile):
 def test_growth_exponent(profile):
     assert profile.exponent([10, 20, 40], [1.0, 2.0, 4.0]) == pytest.approx(1.0)
     assert profile.exponent([10, 20, 40], [1.0, 4.0, 16.0]) == pytest.approx(2.0)
+
+
+def test_growth_summary_rows(profile):
+    def pm(nodes, scale):
+        cpu = {"graphs + rewrites": 3.0 * scale, "numba: logp+grad kernel": 4.0 * scale, "numba: expand kernel": 1.0 * scale}
+        return {"nodes": nodes, "cpu": 8.0 * scale, "worker_cpu": 0.0, "cpu_timings": cpu, "rewrite_cpu": 2.0 * scale}
+
+    specs = ["m:n=1", "m:n=2", "m:n=4"]
+    stock = [{"nodes": 100, "cpu": 10.0}, {"nodes": 200, "cpu": 40.0}, None]  # the largest over the timeout
+    rows = profile.growth_summary(specs, [pm(100, 1), pm(200, 2), pm(400, 4)], stock)
+    by = {r.split(" | ")[0].lstrip("| "): r for r in rows}
+    assert by["pmfast total"].endswith("| 8.0 | 16.0 | 32.0 | 1.00 |")
+    assert by["pmfast graph build"].startswith("| pmfast graph build | 1.0 | 2.0 | 4.0 |")
+    assert by["pmfast numba + LLVM"].startswith("| pmfast numba + LLVM | 5.0 | 10.0 | 20.0 |")
+    assert by["stock total"].endswith("| 10.0 | 40.0 | — | 2.00 |")
+    assert "m:n=4 (400)" in rows[0]

@@ -42,17 +42,20 @@ Why 48.6: after ``add_mul_fusion`` (48), gather lifting (48.4) and the parameter
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 from pytensor.graph.basic import Constant
-from pytensor.graph.traversal import ancestors
 from pytensor.scalar.basic import ScalarConstant
 from pytensor.tensor.basic import constant
 from pytensor.tensor.elemwise import DimShuffle, Elemwise
 from pytensor.tensor.subtensor import Subtensor, get_idx_list
 
 from pmfast.passes.registry import record, register_pass
-from pmfast.passes.rewriting import NodeRewritePass
-from pmfast.passes.sibling_fusion import SiblingMerger
+from pmfast.passes.rewriting import NodeRewritePass, PassRewriter
+from pmfast.passes.sibling_fusion import merge_group
+
+_log = logging.getLogger(__name__)
 
 
 PASS_NAME = "scalarize"
@@ -144,8 +147,11 @@ def compose(fgraph, node):
 #: Most inputs (and outputs) of a merged 0-d Composite: below ``wide_split``'s 30-argument calls.
 MAX_INPUTS = 24
 
-#: Candidate 0-d nodes looked at per graph (a bound on the pairwise search).
-MAX_CANDIDATES = 64
+#: Candidate 0-d nodes looked at per graph (a bound on the ancestry bitsets' width).
+MAX_CANDIDATES = 2048
+
+#: Open groups a candidate is offered to (the oldest one closes when another opens): a bound on the search.
+MAX_OPEN = 64
 
 
 def _scalar_node(node) -> bool:
@@ -157,34 +163,104 @@ def _scalar_node(node) -> bool:
     )
 
 
-class ScalarSiblings(SiblingMerger):
-    """Merge 0-d Elemwise nodes with no path between them (see the module docstring)."""
+class _Group:
+    """Candidates merged into one node: their outer inputs, output count, member bits, and (once two or
+    more) ``closure``: the bits of every candidate the merged node depends on, its members included."""
+
+    __slots__ = ("members", "inputs", "n_out", "bits", "closure")
+
+    def __init__(self, node, k: int):
+        self.members = [node]
+        self.inputs = dict.fromkeys(node.inputs)
+        self.n_out = len(node.outputs)
+        self.bits = 1 << k
+        self.closure = 0
+
+    def fits(self, node) -> bool:
+        new = sum(v not in self.inputs for v in dict.fromkeys(node.inputs))
+        return len(self.inputs) + new <= MAX_INPUTS and self.n_out + len(node.outputs) <= MAX_INPUTS
+
+
+def _closure(bits: int, merged) -> int:
+    """``bits`` (candidates) with everything they depend on once each group of ``merged`` is one node."""
+    while True:
+        new = bits
+        for g in merged:
+            if g.bits & new:
+                new |= g.closure
+        if new == bits:
+            return bits
+        bits = new
+
+
+def sibling_groups(fgraph) -> list[list]:
+    """The 0-d Elemwise candidates of ``fgraph`` packed into groups that may each merge into one node.
+
+    One pass in toposort order, first fit: a candidate joins the oldest open group it fits (caps
+    on inputs and outputs) and does not depend on, in the graph where every group so far is one
+    node. Dependencies are bitsets over candidates: ``anc`` (the original graph, one pass) closed
+    over each multi-member group's ``closure`` (kept transitive as groups grow). A candidate comes
+    after every member of the groups it is offered to, so none of them depends on it: the merged
+    graph stays acyclic. Groups never merge with each other: the candidate that opened a group was
+    refused by the older ones, and refusals persist (merging only adds paths; inputs only grow).
+    """
+    order = fgraph.toposort()
+    cands = [n for n in order if _scalar_node(n)][:MAX_CANDIDATES]
+    if len(cands) < 2:
+        return []
+    index = {n: k for k, n in enumerate(cands)}
+    anc: dict = {}  # node -> bits of the candidates it depends on, itself included
+    for node in order:
+        bits = 0
+        for v in node.inputs:
+            if v.owner is not None:
+                bits |= anc[v.owner]
+        k = index.get(node)
+        anc[node] = bits if k is None else bits | (1 << k)
+    merged: list[_Group] = []  # the groups of two or more
+    open_: list[_Group] = []
+    for k, node in enumerate(cands):
+        deps = _closure(anc[node], merged)
+        target = next((g for g in open_ if not g.bits & deps and g.fits(node)), None)
+        if target is None:
+            open_.append(_Group(node, k))
+            if len(open_) > MAX_OPEN:
+                open_.pop(0)
+            continue
+        if not target.closure:
+            target.closure = _closure(anc[target.members[0]], merged)
+            merged.append(target)
+        target.members.append(node)
+        target.inputs.update(dict.fromkeys(node.inputs))
+        target.n_out += len(node.outputs)
+        target.bits |= 1 << k
+        target.closure |= deps
+        for g in merged:  # groups downstream of target now depend on what it depends on
+            if g is not target and g.closure & target.bits:
+                g.closure |= target.closure
+    return [g.members for g in merged]
+
+
+class ScalarSiblings(PassRewriter):
+    """Merge 0-d Elemwise nodes with no path between them (see the module docstring): one pass
+    (:func:`sibling_groups`), one merged node per group, linear in the graph."""
 
     reason = "pmfast.scalarize.siblings"
 
     def apply(self, fgraph):
-        merges = self.merge_pairs(fgraph)
+        try:
+            groups = sibling_groups(fgraph)
+        except Exception:
+            _log.debug("%s: group search stopped", self.reason, exc_info=True)
+            return 0
+        merges = 0
+        for members in groups:
+            build = lambda m=members: list(zip([o for n in m for o in n.outputs], merge_group(m).outputs, strict=True))  # noqa: E731
+            if self.attempt(fgraph, build, members):
+                merges += len(members) - 1
         if merges:
             record(fgraph, PASS_NAME, merges)
         return merges
-
-    @staticmethod
-    def _find_pair(fgraph, declined):
-        nodes = [n for n in fgraph.toposort() if _scalar_node(n)][:MAX_CANDIDATES]
-        for j, b in enumerate(nodes):
-            before = None
-            for a in nodes[:j]:
-                if (a, b) in declined:
-                    continue
-                if len(set(a.inputs) | set(b.inputs)) > MAX_INPUTS or len(a.outputs) + len(b.outputs) > MAX_INPUTS:
-                    continue
-                if before is None:
-                    before = set(ancestors(b.inputs))
-                # a comes before b in the toposort: only b can depend on a
-                if set(a.outputs) & before:
-                    continue
-                return a, b
-        return None
 
 
 def scalarize(fgraph, node):

@@ -147,10 +147,14 @@ def _scalar_outputs(node, scalar_inputs):
 
 def merge_siblings(a, b) -> Apply:
     """One Elemwise node computing the outputs of ``a`` then those of ``b``."""
-    inputs = list(dict.fromkeys([*a.inputs, *b.inputs]))
+    return merge_group([a, b])
+
+
+def merge_group(nodes) -> Apply:
+    """One Elemwise node computing the outputs of ``nodes``, in order (inputs: the union, first seen first)."""
+    inputs = list(dict.fromkeys(v for n in nodes for v in n.inputs))
     scalars = {v: get_scalar_type(v.type.dtype)() for v in inputs}
-    outs = _scalar_outputs(a, [scalars[v] for v in a.inputs])
-    outs += _scalar_outputs(b, [scalars[v] for v in b.inputs])
+    outs = [o for n in nodes for o in _scalar_outputs(n, [scalars[v] for v in n.inputs])]
     # a Composite output may not be one of its inputs: route those through identity
     ins = [scalars[v] for v in inputs]
     outs = [identity(o) if o in ins else o for o in outs]
