@@ -437,6 +437,61 @@ def _inline_calls(spec: EntrySpec, env: dict, names) -> tuple[str, ...]:
     return tuple(done)
 
 
+def big_calls_enabled() -> bool:
+    """Whether a big graph's entry calls its node functions by symbol (``PMFAST_BIG_CALLS=0``: links them)."""
+    return os.environ.get("PMFAST_BIG_CALLS", "1") != "0"
+
+
+def _calls_by_symbol(spec: EntrySpec, env: dict) -> tuple[str, ...]:
+    """Rebind, in ``env``, the cached node functions ``spec``'s body calls to
+    :class:`pmfast.loops.deferred.Deferred` callers typed as direct calls: each call is lowered to a
+    placeholder symbol defined as the address of the callee's own machine code, so no node function
+    is linked into the entry and optimised again. Returns the names rebound."""
+    from numba.core.dispatcher import Dispatcher
+    from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS
+
+    from pmfast.loops import deferred
+
+    deferred.install()
+    called = {c.func.id for s in spec.body for c in ast.walk(ast.parse(s)) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    done = []
+    for name in sorted(called):
+        fn = env.get(name)
+        if not isinstance(fn, Dispatcher):
+            continue
+        key, src = CACHED_SRC_FUNCTIONS.get(fn.py_func), _sources(fn)
+        if key is None or src is None:
+            continue
+        node = hashlib.sha256(f"{key}\n{src}".encode()).hexdigest()
+        env[name] = deferred.Deferred(fn, f"pmfast_node_{node}", None)
+        done.append(name)
+    return tuple(done)
+
+
+def _sources(fn) -> str | None:
+    """The generated source of node function ``fn`` and of the jitted functions it calls by name, or None.
+
+    A node's cache key can stand for functions of several arities (pytensor's MakeVector: one key,
+    ``def makevector(*args): return jitable_func(*args)`` forwarding to a function of 19 or 24
+    arguments): what tells them apart is the source of what they call.
+    """
+    from numba.core.dispatcher import Dispatcher
+
+    src = getattr(fn.py_func, "__source__", None)
+    if src is None:
+        return None
+    env = fn.py_func.__globals__
+    called = []
+    for name in sorted(set(fn.py_func.__code__.co_names)):
+        g = env.get(name)
+        if isinstance(g, Dispatcher):
+            inner = getattr(g.py_func, "__source__", None)
+            if inner is None:
+                return None
+            called.append(f"{name}:\n{inner}")
+    return "\n".join([src, *called])
+
+
 def _index_exists(name: str, key: str | None) -> bool:
     """Whether numba's cache has an index for the generated function ``name`` cached under ``key``."""
     from pytensor.link.numba.cache import NUMBA_CACHE_PATH
@@ -499,9 +554,10 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
         if prepared is not None:
             return prepared
     src = generate_source(spec, name)
+    by_symbol = big and big_calls_enabled() and bool(_calls_by_symbol(spec, env))
     # the key covers the computation (the source calling every node function): whether some
     # of them are inlined into the compiled code doesn't change what it computes
-    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), {**options, "big": threshold} if big else options)
+    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), {**options, "big": threshold, "calls": "symbol" if by_symbol else "linked"} if big else options)
     inlined: tuple[str, ...] = ()
     if plan and not _index_exists(name, key):
         inlined = _inline_calls(spec, env, plan)

@@ -200,7 +200,7 @@ PATCHES: tuple[Patch, ...] = (
     Patch(
         "llvmlite.binding:add_symbol (_pmfast_deferred_…)",
         "pmfast.loops.deferred",
-        "a deferred callee (chunked kernel, linear algebra) called by a name of pmfast's own defined as its cached code's address, not linked and optimised again into every caller (process-wide: LLVM keeps one symbol table; a name always stands for the same cached code)",
+        "a deferred callee (chunked kernel, linear algebra, a big entry's node function) called by a name of pmfast's own defined as its cached code's address, not linked and optimised again into every caller (process-wide: LLVM keeps one symbol table; a name always stands for the same cached code)",
         "process",
         (),
     ),

@@ -33,6 +33,14 @@ through a :class:`Deferred` instead of the kernel's dispatcher:
   process calls the same cached code whichever process compiled it. ``PMFAST_DEFERRED_LINK=1``
   links it instead (its library in place of the stand-in, the placeholder renamed to its symbol).
 
+**Called by symbol, typed as a direct call** (``restype`` None: a big graph's node functions,
+:func:`pmfast.compiler.entry.prepare_entry`). Nothing predicts a node function's return type, so the
+call is typed as numba types a call of the dispatcher (which compiles it, or loads it from the
+cache, then and there); only the lowering and resolution above apply: the entry's module holds a
+declaration per callee, not a copy to link and optimise again. Such a :class:`Deferred` pickles as
+its key alone (:func:`_registered`): the process loading a cached caller has made the same node
+functions (and their keys) before, and a callee whose own cache entry is gone is compiled there.
+
 :func:`install` patches numba's ``CPUCodeLibrary.finalize`` to call :func:`resolve` first, only
 for libraries with pending placeholders (one ``__dict__`` lookup otherwise).
 """
@@ -71,7 +79,8 @@ def _sharing() -> bool:
 
 class Deferred:
     """A jitted function ``dispatcher`` (``cache=True``, cached under ``key``) called through a
-    placeholder resolved at link time; ``restype``: its numba return type, predicted."""
+    placeholder resolved at link time; ``restype``: its numba return type, predicted, or None: the
+    call is typed by compiling ``dispatcher`` as numba types a direct call (:func:`by_symbol`)."""
 
     _by_key: dict[str, Deferred] = {}
 
@@ -89,6 +98,8 @@ class Deferred:
         return self
 
     def __reduce__(self):  # numba pickles a generated function's globals with its cache entry
+        if self.restype is None:  # a node function: found by its key (registered before the caller loads)
+            return _registered, (self.key,)
         return Deferred, (self.dispatcher, self.key, self.restype)
 
     def __call__(self, *args):  # from Python (a loop function run uncompiled)
@@ -113,7 +124,7 @@ class Deferred:
         """A call with ``argtypes`` was typed: have the compile worker start on it (once per process).
         While a worker of :func:`pmfast.compiler.handover.share` compiles beside this process, it is
         sent there (in that worker itself: nothing, it compiles its own at resolution)."""
-        if argtypes in self._requested or argtypes in self.dispatcher.overloads or self._in_cache():
+        if self.restype is None or argtypes in self._requested or argtypes in self.dispatcher.overloads or self._in_cache():
             return
         if _sharing():
             share_hooks.request(self.placeholder(argtypes), pickle.dumps((self.key, argtypes)))
@@ -137,7 +148,7 @@ class Deferred:
             share_hooks.obtain(self.placeholder(argtypes), lambda: self.dispatcher.compile(argtypes))
         self.dispatcher.compile(argtypes)
         cres = self.dispatcher.overloads[argtypes]
-        if cres.signature.return_type != self.restype:
+        if self.restype is not None and cres.signature.return_type != self.restype:
             raise TypeError(
                 f"pmfast: {self.dispatcher.py_func.__name__} returns {cres.signature.return_type}, "
                 f"predicted {self.restype} (pmfast.loops.chunked.kernel_returns is wrong for this loop)"
@@ -163,6 +174,8 @@ class DeferredCall(types.Callable, types.Dummy):
         return ("pmfast.DeferredCall", self.deferred.key)
 
     def get_call_type(self, context, args, kws):
+        if self.deferred.restype is None:  # typed as a direct call: the callee compiles now
+            return types.Dispatcher(self.deferred.dispatcher).get_call_type(context, args, kws)
         if kws:
             return None
         args = tuple(types.unliteral(a) for a in args)
@@ -183,6 +196,14 @@ register_model(DeferredCall)(OpaqueModel)
 @typeof_impl.register(Deferred)
 def _typeof_deferred(val, c):
     return val.numba_type
+
+
+def _registered(key: str) -> Deferred:
+    """The :class:`Deferred` registered under ``key`` in this process (a cached caller's reload)."""
+    try:
+        return Deferred._by_key[key]
+    except KeyError:
+        raise RuntimeError(f"pmfast: the callee {key} of a cached function is not known in this process") from None
 
 
 class _Worker:
