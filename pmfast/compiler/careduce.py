@@ -19,8 +19,12 @@ rounding only (tests/test_compiler_careduce.py bounds it). Products, maxima and 
 update as pytensor's (``res < v`` for the maximum: NaN is skipped as there), and an empty reduced
 axis gives the identity, as pytensor's.
 
-Handled: ``Add``/``Mul``/``Maximum``/``Minimum`` reductions of float64/float32 inputs over some but
-not all axes, accumulating in the input's dtype. The rest stays pytensor's.
+Handled: ``Add``/``Mul``/``Maximum``/``Minimum`` reductions of float64/float32 matrices over one axis,
+accumulating in the input's dtype. The rest stays pytensor's: on 3-D inputs (50 × 40 × 60) the
+nests measured slower than pytensor's loops (a sum over axes (0, 2) 37–39 against 16–22 µs, over
+axis 1 24–25 against 17–19), on matrices the same or faster (a transposed matrix's column sums 95–100
+against 111–121 µs, row maxima of (2,000, 8) 5.4–6.6 against 10–11). The generated code is
+general (``max_ndim``), so its tests cover 3-D inputs too.
 """
 
 from __future__ import annotations
@@ -31,6 +35,9 @@ import numpy as np
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
+
+#: Inputs of more axes stay pytensor's (see the module docstring).
+MAX_NDIM = 2
 
 #: Below this many outputs the scalar nest is used even when a kept axis is innermost in memory.
 MANY_OUTPUTS = 16
@@ -44,7 +51,7 @@ _UPDATES = {
 }
 
 
-def implements(op, node) -> bool:
+def implements(op, node, max_ndim: int = MAX_NDIM) -> bool:
     """Whether pmfast implements the ``CAReduce`` ``node`` (see the module docstring)."""
     from pytensor.tensor.elemwise import CAReduce
     from pytensor.tensor.math import Max, Min, Prod, Sum
@@ -57,7 +64,7 @@ def implements(op, node) -> bool:
     if dtype not in _DTYPES or out.type.dtype != dtype or np.dtype(acc) != np.dtype(dtype):
         return False
     axes = _axes(op, x.ndim)
-    return 0 < len(axes) < x.ndim and out.ndim == x.ndim - len(axes)
+    return x.ndim <= max_ndim and 0 < len(axes) < x.ndim and out.ndim == x.ndim - len(axes)
 
 
 def _axes(op, ndim) -> tuple[int, ...]:
@@ -110,14 +117,14 @@ def careduce_source(ndim: int, axes: tuple[int, ...], scalar: str) -> str:
     return "def careduce(x):\n" + "".join(f"    {line}\n" for line in lines)
 
 
-def funcify(op, node):
+def funcify(op, node, max_ndim: int = MAX_NDIM):
     """``(numba function, cache key)`` for a partial ``CAReduce`` node, or None (see :func:`implements`)."""
     from pytensor.link.numba.cache import compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import arrays
 
-    if not implements(op, node):
+    if not implements(op, node, max_ndim):
         return None
     x = node.inputs[0]
     dtype = np.dtype(x.type.dtype)
