@@ -28,6 +28,18 @@ def hierarchical_model(n_obs=200, n_groups=12, seed=0):
     return model
 
 
+def join_gradient_model():
+    """A tiny model whose gradient is a Join of three pieces (a vector, a scalar, a shared array's slope)."""
+    import pymc as pm
+
+    with pm.Model() as model:
+        mu = pm.Normal("mu", 0, 1, shape=2)
+        s = pm.HalfNormal("s", 1)
+        xd = pm.Data("x", np.array([0.5, -1.0, 2.0]))
+        pm.Normal("y", mu[0] + mu[1] * xd, s, observed=np.array([1.0, 0.0, 3.0]))
+    return model
+
+
 TINY_MODEL_SOURCE = '''
 import numpy as np
 import pymc as pm

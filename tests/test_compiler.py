@@ -16,6 +16,7 @@ import pmfast
 from pmfast import compiler
 from pmfast.compiler import callbacks, entry, inline, native, ops, parallel
 from pmfast.compiler.overloads import SliceShapeError
+from conftest import join_gradient_model
 
 compiler.setup()
 
@@ -382,13 +383,7 @@ def test_small_entries_inline_everything_wide_ones_the_cheapest():
 @pytest.fixture(scope="module")
 def tiny():
     """A model whose gradient is a Join of three pieces; compiled once."""
-    import pymc as pm
-
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 1, shape=2)
-        s = pm.HalfNormal("s", 1)
-        xd = pm.Data("x", np.array([0.5, -1.0, 2.0]))
-        pm.Normal("y", mu[0] + mu[1] * xd, s, observed=np.array([1.0, 0.0, 3.0]))
+    model = join_gradient_model()
     return model, pmfast.compile(model)
 
 

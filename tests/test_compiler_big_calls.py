@@ -7,27 +7,18 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numba
 import numpy as np
 import pytest
 
 import pmfast
+from conftest import join_gradient_model
 from pmfast.compiler import callbacks, entry
 from pmfast.loops import deferred
 
 PLACEHOLDER = "_pmfast_deferred_"
-
-
-def _tiny():
-    import pymc as pm
-
-    with pm.Model() as model:
-        mu = pm.Normal("mu", 0, 1, shape=2)
-        s = pm.HalfNormal("s", 1)
-        xd = pm.Data("x", np.array([0.5, -1.0, 2.0]))
-        pm.Normal("y", mu[0] + mu[1] * xd, s, observed=np.array([1.0, 0.0, 3.0]))
-    return model
 
 
 def _final_module(kernel):
@@ -44,7 +35,7 @@ def forced_big():
     """The tiny model compiled as a big graph (threshold lowered), by symbol and linked, and stock's function."""
     import pmfast.linker as lk
 
-    model = _tiny()
+    model = join_gradient_model()
     saved, env = lk.OPTNONE_MIN_NODES, os.environ.get("PMFAST_BIG_CALLS")
     lk.OPTNONE_MIN_NODES = 1
     try:
@@ -116,16 +107,12 @@ def test_an_error_raised_by_a_callee_propagates():
 
 _RELOAD = """
 import sys
-import numpy as np, pymc as pm
+import numpy as np
 import pmfast, pmfast.linker as lk
 from pmfast.compiler import callbacks
+from conftest import join_gradient_model
 lk.OPTNONE_MIN_NODES = 1
-with pm.Model() as model:
-    mu = pm.Normal("mu", 0, 1, shape=2)
-    s = pm.HalfNormal("s", 1)
-    xd = pm.Data("x", np.array([0.5, -1.0, 2.0]))
-    pm.Normal("y", mu[0] + mu[1] * xd, s, observed=np.array([1.0, 0.0, 3.0]))
-compiled = pmfast.compile(model)
+compiled = pmfast.compile(join_gradient_model())
 kernel = compiled.kernels[0]
 x0 = np.array([0.2, -0.4, 0.1])
 code, logp, grad = callbacks.logp_at(compiled, x0)
@@ -142,6 +129,7 @@ def test_a_cached_big_entry_loads_in_a_new_process(tmp_path):
     def run(cache):
         env = {**os.environ, "NUMBA_CACHE_DIR": str(cache / "numba"), "PYTENSOR_FLAGS": f"base_compiledir={cache / 'pytensor'}"}
         env.pop("PMFAST_BIG_CALLS", None)
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])  # conftest's model
         r = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, cwd=tmp_path, timeout=900)
         assert r.returncode == 0, r.stderr[-3000:]
         return r.stdout.split()
