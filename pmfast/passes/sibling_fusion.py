@@ -162,20 +162,19 @@ def merge_group(nodes) -> Apply:
     return Elemwise(comp).make_node(*inputs)
 
 
-class SiblingMerger(PassRewriter):
-    """Merge the pairs of independent Elemwise nodes that ``_find_pair`` picks, one pair at a time.
+class SiblingFusion(PassRewriter):
+    """Merge Elemwise siblings that share gathered data (see the module docstring), one pair at a time.
 
-    A merged pair is one node, so the graph shrinks with every merge; a pair whose
-    replacement is declined is not offered again; at most ``max_merges`` merges
-    (None: until no pair is left). Subclasses define ``_find_pair(fgraph, declined)``.
+    A merged pair is one node, so the graph shrinks with every merge; a pair whose replacement is
+    declined is not offered again; at most ``max_merges`` merges.
     """
 
-    max_merges: int | None = None
+    reason = "pmfast.sibling_fusion"
+    max_merges = MAX_MERGES
 
-    def merge_pairs(self, fgraph) -> int:
-        """Merge pairs until none is left; returns how many were merged."""
+    def apply(self, fgraph):
         merges, declined = 0, set()
-        while self.max_merges is None or merges < self.max_merges:
+        while merges < self.max_merges:
             try:
                 pair = self._find_pair(fgraph, declined)
             except Exception:
@@ -189,17 +188,6 @@ class SiblingMerger(PassRewriter):
                 merges += 1
             else:
                 declined.add(pair)
-        return merges
-
-
-class SiblingFusion(SiblingMerger):
-    """Merge Elemwise siblings that share gathered data (see the module docstring)."""
-
-    reason = "pmfast.sibling_fusion"
-    max_merges = MAX_MERGES
-
-    def apply(self, fgraph):
-        self.merge_pairs(fgraph)
 
     @staticmethod
     def _find_pair(fgraph, declined):
