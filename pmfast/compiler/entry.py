@@ -418,6 +418,11 @@ def _inline_plan(spec: EntrySpec, env: dict) -> tuple[str, ...]:
     return inline.plan(calls)
 
 
+def _called_names(spec: EntrySpec) -> set[str]:
+    """The names ``spec``'s body calls (``f(...)`` anywhere in a statement)."""
+    return {c.func.id for s in spec.body for c in ast.walk(ast.parse(s)) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+
+
 def _inline_calls(spec: EntrySpec, env: dict, names) -> tuple[str, ...]:
     """Rebind, in ``env``, the functions ``names`` (those ``spec``'s body calls) to inlined copies.
 
@@ -427,7 +432,7 @@ def _inline_calls(spec: EntrySpec, env: dict, names) -> tuple[str, ...]:
     """
     from pmfast.compiler import inline
 
-    called = {c.func.id for s in spec.body for c in ast.walk(ast.parse(s)) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    called = _called_names(spec)
     done = []
     for name in names:
         copy = inline.inline_version(env[name]) if name in called else None
@@ -453,7 +458,7 @@ def _calls_by_symbol(spec: EntrySpec, env: dict) -> tuple[str, ...]:
     from pmfast.loops import deferred
 
     deferred.install()
-    called = {c.func.id for s in spec.body for c in ast.walk(ast.parse(s)) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    called = _called_names(spec)
     done = []
     for name in sorted(called):
         fn = env.get(name)
