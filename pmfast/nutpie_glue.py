@@ -30,6 +30,7 @@ PRIVATE_HELPERS = (
     "make_user_data",
     "update_user_data",
     "_prepare_dims_and_coords",
+    "_compute_shapes",
     "CompiledPyMCModel",
 )
 
@@ -131,6 +132,7 @@ def compile_numba(
 
     check_nutpie()
     compiler.setup()
+    _install_trace_shapes()
     with patching.compiling(), collector.relaxed(), overloads.plain_errors(), _python_vm(), _creation_traces():
         return _compile_numba(
             model,
@@ -143,6 +145,34 @@ def compile_numba(
             freeze_model=freeze_model,
             stage=stage,
         )
+
+
+def _install_trace_shapes() -> None:
+    """nutpie's ``_compute_shapes`` answered by :func:`pmfast.trace_shapes.trace_shapes` inside pmfast's compile.
+
+    Installed once as a compile-scoped dispatch (:func:`pmfast.compiler.patching.scoped`): outside
+    a pmfast compile, and in other threads, nutpie's own runs. Inside, nutpie's runs when
+    ``trace_shapes`` declines (a shape that needs a draw), fails, or ``PMFAST_TRACE_SHAPES=0``.
+    """
+    from pmfast.compiler import patching
+
+    if getattr(_np_compile._compute_shapes, "_pmfast", False):
+        return
+    _np_compile._compute_shapes = patching.scoped(_np_compile._compute_shapes, _shapes_without_point)
+
+
+def _shapes_without_point(model):
+    """The traced variables' shapes without an initial point, else nutpie's ``_compute_shapes``."""
+    from pmfast import trace_shapes
+
+    nutpies = _np_compile._compute_shapes.__wrapped__
+    if not trace_shapes.enabled():
+        return nutpies(model)
+    try:
+        shapes = trace_shapes.trace_shapes(model)
+    except Exception:
+        shapes = None
+    return nutpies(model) if shapes is None else shapes
 
 
 @contextlib.contextmanager

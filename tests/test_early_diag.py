@@ -115,3 +115,56 @@ def test_user_opfromgraph_kept_diag_gradient_inlined():
     assert not [n for n in fg.apply_nodes if type(n.op) is OpFromGraph]
     f = pytensor.function([v], grad, mode=pmfast.get_mode("early_diag"))
     np.testing.assert_allclose(f(np.array([1.0, -2.0, 3.0])), [2.0, -4.0, 6.0])
+
+
+_UNARY = (pt.exp, pt.log1p, pt.sqr, pt.tanh, lambda t: t * 2.0 + 1.0)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    chain=st.lists(st.integers(0, len(_UNARY) - 1), min_size=1, max_size=6),
+    offset=st.integers(-2, 2),
+    grad=st.booleans(),
+)
+def test_inner_graph_inlining_equals_pytensors_without_copies(chain, offset, grad):
+    """``inline_inner_graph`` gives the graph pytensor's ``inline_ofg_node`` gives (structurally equal
+    outputs), computed on the node's own inputs: the inputs' ancestors are not copied."""
+    from pytensor.graph.basic import equal_computations
+    from pytensor.graph.traversal import applys_between
+    from pytensor.tensor.rewriting.ofg import inline_ofg_node
+
+    from pmfast.passes.early_diag import inline_inner_graph
+
+    x = pt.dvector("x")
+    v = x
+    for k in chain:
+        v = _UNARY[k](v)
+    d = pt.diag(v, k=offset)
+    out = (d * pt.arange(d.shape[0])[:, None]).sum()
+    if grad:
+        out = pytensor.grad(out, x).sum()
+    fg = FunctionGraph([x], [out], clone=False)
+    nodes = [n for n in fg.toposort() if isinstance(n.op, pytensor.compile.builders.OpFromGraph)]
+    assert nodes
+    for node in nodes:
+        theirs, ours = inline_ofg_node(node), inline_inner_graph(node)
+        assert equal_computations(theirs, ours)
+        inner = {n for n in applys_between(node.inputs, ours) if not set(n.outputs) & set(node.inputs)}
+        assert len(inner) == len(node.op.fgraph.apply_nodes)
+        outside = set(applys_between([x], ours)) - inner
+        assert outside <= set(fg.apply_nodes), "an ancestor of the node's inputs was copied"
+        copied = set(applys_between([x], theirs)) - set(fg.apply_nodes)
+        assert len(copied) > len(node.op.fgraph.apply_nodes)  # pytensor's copies the inputs' ancestors
+
+
+def test_the_pipeline_gives_the_same_graph_either_way(monkeypatch):
+    """The whole mode on a marginal GP's logp and gradient: the same rewritten graph whether
+    ``early_diag`` inlines with its own clone or with pytensor's (``PMFAST_INLINE_INNER_ONLY=0``)."""
+    from pytensor.graph.basic import equal_computations
+
+    joined, logp, grad, _, _ = _gp_functions()
+    ours = _rewritten([logp, grad], [joined], "all")
+    monkeypatch.setenv("PMFAST_INLINE_INNER_ONLY", "0")
+    theirs = _rewritten([logp, grad], [joined], "all")
+    assert len(ours.apply_nodes) == len(theirs.apply_nodes)
+    assert equal_computations(ours.outputs, theirs.outputs, [ours.inputs[0]], [theirs.inputs[0]])

@@ -253,6 +253,12 @@ PATCHES: tuple[Patch, ...] = (
         "compile",
     ),
     Patch(
+        "nutpie.compile_pymc:_compute_shapes",
+        "pmfast.nutpie_glue",
+        "the traced variables' shapes by shape inference, without building and evaluating a second initial point function (nutpie's runs when a shape needs a draw; PMFAST_TRACE_SHAPES=0)",
+        "compile",
+    ),
+    Patch(
         "sys.modules:pytensor.link.c.cvm",
         "pmfast.nutpie_glue",
         "pytensor's Python VM for the helper functions compiled meanwhile (no C VM build in a new compile directory)",
