@@ -128,3 +128,27 @@ def test_on_by_default_and_off_with_the_switch(monkeypatch):
     assert ops.funcify_and_cache_key(node.op, node)[1].startswith("pmfast_careduce_")
     monkeypatch.setenv("PMFAST_CAREDUCE", "0")
     assert ops.funcify_and_cache_key(node.op, node) is None
+
+
+def test_identity_reductions_kept_by_a_mode_without_canonicalize_stay_pytensors():
+    """``Prod`` over no axes of a matrix and over all axes of a 0-d input: fast_run's ``local_useless_reduce``
+    removes them (under stock NUMBA too); a mode running only numba-tagged rewrites keeps the node, which
+    pmfast's linker then leaves to pytensor's code (declined here), the result equal to the input."""
+    from pytensor.compile.mode import Mode
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+    from pytensor.tensor.elemwise import CAReduce
+    from pytensor.tensor.math import Prod
+
+    from pmfast.linker import ChunkedNumbaLinker
+
+    query = RewriteDatabaseQuery(include=["numba"], exclude=["cxx_only", "BlasOpt", "local_careduce_fusion"])
+    mode = Mode(ChunkedNumbaLinker(), query)
+    for x, axis, v in ((pt.matrix("m"), (), np.arange(6.0).reshape(3, 2)), (pt.scalar("s"), None, np.array(99.0))):
+        out = Prod(axis=axis)(x)
+        assert not careduce.implements(out.owner.op, out.owner)
+        fn = pytensor.function([x], out, mode=mode)
+        [node] = fn.maker.fgraph.apply_nodes
+        assert isinstance(node.op, CAReduce)
+        res = fn(v)
+        assert res.shape == v.shape
+        np.testing.assert_array_equal(res, v)

@@ -67,6 +67,21 @@ def test_suite_report_per_way(tmp_path):
     assert report["only_under_pmfast"] == {"mode": {"m::a": ["failed", "assert False"]}, "enable": {}}
 
 
+def test_known_harness_differences_are_set_apart_only_with_their_message():
+    """A KNOWN (way, test) failing with its known message is listed apart and does not count against pmfast;
+    the same test failing another way (a wrong value), or under another way, still does."""
+    (way, tid), (messages, _) = next(iter(owner_tests.KNOWN.items()))
+    message = messages[0]
+    other_way = next(w for w in owner_tests.WAYS if w not in ("stock", way))
+    stock = {tid: Case("passed")}
+    report = owner_tests.suite_report({"stock": (stock, 1.0), way: ({tid: Case("failed", message)}, 1.0),
+                                       other_way: ({tid: Case("failed", message)}, 1.0)})
+    assert report["only_under_pmfast"][way] == {} and list(report["known"][way]) == [tid]
+    assert list(report["only_under_pmfast"][other_way]) == [tid]
+    report = owner_tests.suite_report({"stock": (stock, 1.0), way: ({tid: Case("failed", "assert 1.0 == 2.0")}, 1.0)})
+    assert list(report["only_under_pmfast"][way]) == [tid] and report["known"][way] == {}
+
+
 def test_files_run_apart_get_pytest_processes_of_their_own():
     chunks = owner_tests.suite_chunks(None)
     assert chunks[0][0] == owner_tests.SUITE

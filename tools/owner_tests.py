@@ -18,7 +18,8 @@ replaced by ``pmfast.get_mode("all")`` (``mode``), and with the stock NUMBA mode
 ``pmfast.enable()`` (``enable``) — see ``tools/owner_plugin.py``. ``--compiled-only`` turns off the
 suite's pure-python evaluation of each numba function (``eval_obj_mode``). It prints the counts per
 way and every test that fails, errs or crashes (a pytest-xdist worker dying under it) under a
-pmfast way and not under ``stock``; the exit status is 1 if there is any.
+pmfast way and not under ``stock``; the exit status is 1 if there is any that :data:`KNOWN` does not
+explain.
 """
 
 from __future__ import annotations
@@ -56,6 +57,28 @@ def pytensor_paths() -> list[str]:
 
 
 SUITE_APART = ("tests/link/numba/test_random.py",)
+
+#: Failures under a pmfast way that are the harness's, not pmfast's: (way, test id) -> (the failure
+#: messages it may have, why): the first line of junit's message (``assert False`` of an
+#: ``assert isinstance(...)``) or the progress file's ``file:line: AssertionError``, compared whole, so
+#: the same test failing another way (a value, an exception) is still reported as pmfast's. Each is
+#: checked by hand and described in docs/compile.md ("pytensor's numba suite under pmfast").
+KNOWN = {
+    ("mode", f"tests.link.numba.test_elemwise::test_CAReduce[<lambda>-{case}]"): (
+        ("test_elemwise.py:366: AssertionError", "assert False"),
+        "the test asserts its compiled graph's one node is a CAReduce; its Prod (axis=() of a matrix, "
+        "axis=None of a 0-d input) is an identity that stock fast_run's canonicalize rewrite "
+        "local_useless_reduce replaces by its input (one DeepCopyOp node left). The tests' own "
+        "numba_mode runs only numba-tagged rewrites; pmfast.get_mode runs fast_run as "
+        "get_mode('NUMBA') does, which leaves the same DeepCopyOp. Values equal stock's.")
+    for case in ("axis8-v8", "None-v9")
+} | {
+    ("mode", "tests.link.numba.test_blockwise::test_repeated_args"): (
+        ("test_blockwise.py:74: AssertionError", "assert False"),
+        "the test asserts that x @ x of a tensor3 compiles to a BlockwiseWithCoreShape; stock fast_run's "
+        "specialize rewrite specialize_matmul_to_batched_dot makes it a BatchedDot (get_mode('NUMBA') "
+        "alike), which the tests' numba-tags-only numba_mode does not run. Values equal stock's."),
+}
 WAYS = ("stock", "mode", "enable")
 
 
@@ -95,7 +118,10 @@ def suite_report(results: dict[str, tuple[dict, float]]) -> dict:
     for way, (found, _) in results.items():
         if way == "stock":
             continue
-        report["only_under_pmfast"][way] = {t: [c.outcome, c.message] for t, c in only_bad(stock, found).items()}
+        bad = only_bad(stock, found)
+        known = {t: c for t, c in bad.items() if (way, t) in KNOWN and c.message in KNOWN[way, t][0]}
+        report["only_under_pmfast"][way] = {t: [c.outcome, c.message] for t, c in bad.items() if t not in known}
+        report.setdefault("known", {})[way] = {t: [c.outcome, KNOWN[way, t][1]] for t, c in known.items()}
         report["differences"][way] = differences(stock, found)
     return report
 
@@ -108,6 +134,11 @@ def print_suite(report: dict) -> None:
         print(f"failing only under pmfast ({way}): {len(bad)}")
         for tid, (outcome, message) in bad.items():
             print(f"    {outcome:7s} {tid}\n            {message}")
+    for way, known in report.get("known", {}).items():
+        if known:
+            print(f"known harness differences ({way}, KNOWN in tools/owner_tests.py): {len(known)}")
+            for tid, (outcome, why) in known.items():
+                print(f"    {outcome:7s} {tid}")
 
 
 def main_suite(args, parser) -> int:
