@@ -417,9 +417,10 @@ def test_a_big_graphs_entry_is_optimised_and_calls_its_node_functions(tiny, monk
     from pmfast.compiler import lean_ir, library
 
     assert entry.BIG_ENTRY_INLINE_THRESHOLD == 0
-    lean = library.compiler(own_copies=True, release=True, inline_threshold=0)
+    big = entry.big_llvm_options()  # its cheaper finalising (tests/test_compiler_big_llvm.py)
+    lean = library.compiler(own_copies=True, release=True, inline_threshold=0, **big)
     assert dispatcher._compiler.pipeline_class is lean_ir.pipeline(lean)  # lean_ir's passes on the big entry's library
-    assert dispatcher._compiler.pipeline_class.library_options == {"own_copies": True, "release": True, "inline_threshold": 0}
+    assert dispatcher._compiler.pipeline_class.library_options == {"own_copies": True, "release": True, "inline_threshold": 0, **big}
     (cres,) = dispatcher.overloads.values()
     assert "optnone" not in cres.library.get_llvm_str()
     code, logp, grad = kernel(x0)

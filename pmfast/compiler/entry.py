@@ -66,6 +66,10 @@ FASTMATH = ("afn", "arcp", "contract", "nsz")
 #: functions are called, never inlined at numba's level.
 BIG_ENTRY_INLINE_THRESHOLD: int | None = 0
 
+#: The codegen optimisation level of a big graph's entry machine code (``PMFAST_BIG_CODEGEN_OPT``; see
+#: :func:`big_llvm_options`): 0 is LLVM's fast instruction selection and register allocation.
+BIG_ENTRY_CODEGEN_OPT = 0
+
 #: Argument names of the two entry kinds (pointers), before ``ud_``.
 OUTPUT_ARGS = {"logp": ("out_", "logp_"), "expand": ("out_",)}
 
@@ -326,6 +330,13 @@ class Entry:
         return 0 if self.table is None else int(self.table.ctypes.data)
 
 
+def call_slots_enabled() -> bool:
+    """Whether the entry's calls by symbol share their slots (:func:`pmfast.loops.deferred.call_slots_enabled`)."""
+    from pmfast.loops import deferred
+
+    return deferred.call_slots_enabled()
+
+
 def lean_ir_enabled() -> bool:
     """Whether entries are compiled with :mod:`pmfast.compiler.lean_ir`'s passes (``PMFAST_LEAN_IR=0``: not)."""
     return os.environ.get("PMFAST_LEAN_IR", "1") != "0"
@@ -355,6 +366,7 @@ def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -
         FASTMATH,
         sorted(options.items()),
         lean_ir_enabled(),
+        call_slots_enabled(),
     )
     return "pmfast_entry_" + hashlib.sha256(repr(ident).encode()).hexdigest()
 
@@ -445,6 +457,19 @@ def _inline_calls(spec: EntrySpec, env: dict, names) -> tuple[str, ...]:
 def big_calls_enabled() -> bool:
     """Whether a big graph's entry calls its node functions by symbol (``PMFAST_BIG_CALLS=0``: links them)."""
     return os.environ.get("PMFAST_BIG_CALLS", "1") != "0"
+
+
+def big_llvm_options() -> dict:
+    """How a big graph's entry is finalised beyond its inlining threshold (:mod:`pmfast.compiler.library`):
+    ``one_module_pass`` (``PMFAST_BIG_ONE_PASS=0``: numba's two module pipeline runs) and ``codegen_opt``
+    (``PMFAST_BIG_CODEGEN_OPT``: 0-3, or ``numba`` for numba's JIT at its own level; default 0)."""
+    options = {}
+    if os.environ.get("PMFAST_BIG_ONE_PASS", "1") != "0":
+        options["one_module_pass"] = True
+    level = os.environ.get("PMFAST_BIG_CODEGEN_OPT", str(BIG_ENTRY_CODEGEN_OPT))
+    if level in ("0", "1", "2", "3"):
+        options["codegen_opt"] = int(level)
+    return options
 
 
 def _calls_by_symbol(spec: EntrySpec, env: dict) -> tuple[str, ...]:
@@ -562,7 +587,9 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     by_symbol = big and big_calls_enabled() and bool(_calls_by_symbol(spec, env))
     # the key covers the computation (the source calling every node function): whether some
     # of them are inlined into the compiled code doesn't change what it computes
-    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), {**options, "big": threshold, "calls": "symbol" if by_symbol else "linked"} if big else options)
+    llvm = big_llvm_options() if big else {}
+    key_options = {**options, "big": threshold, "calls": "symbol" if by_symbol else "linked", **llvm} if big else options
+    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), key_options)
     inlined: tuple[str, ...] = ()
     if plan and not _index_exists(name, key):
         inlined = _inline_calls(spec, env, plan)
@@ -582,7 +609,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
     cache.register(py_func, key)
     # every entry runs its own copies of what it links in; a big graph's frees the lowering's
     # garbage first and is optimised with its own inlining threshold (pmfast.compiler.library)
-    pipeline = library.compiler(own_copies=True, release=big, inline_threshold=threshold if big else None)
+    pipeline = library.compiler(own_copies=True, release=big, inline_threshold=threshold if big else None, **llvm)
     options["pipeline_class"] = lean_ir.pipeline(pipeline) if lean_ir_enabled() else pipeline
     dispatcher = numba_njit(
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options

@@ -163,6 +163,9 @@ try:
         if scalar_key is None:
             key = None
         else:
+            from pmfast.loops.deferred import call_slots_enabled
+
+            call_slots = call_slots_enabled()
             key = sha256(
                 str(
                     (
@@ -174,7 +177,7 @@ try:
                         sha256(src.encode()).hexdigest(),  # a codegen change never reuses a stale loop
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
-                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads, arrays_version, DEFERRED),
+                        (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads, arrays_version, DEFERRED, call_slots),
                     )
                 ).encode()
             ).hexdigest()

@@ -1,0 +1,146 @@
+"""A big graph's entry is finalised more cheaply (pmfast/compiler/entry.py ``big_llvm_options``,
+pmfast/compiler/library.py ``one_module_pass`` / ``codegen_opt``, pmfast/loops/deferred.py shared call slots):
+only where intended, with the same values."""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+
+import numba
+import numpy as np
+import pytest
+from numba.core import codegen
+
+import pmfast
+from conftest import join_gradient_model
+from pmfast.compiler import cache, callbacks, library
+from pmfast.loops import deferred
+
+
+def _callee():
+    src = "def f(x):\n    if x < 0:\n        raise ValueError('negative')\n    return x * 2.0\n"
+    env = {"__name__": __name__}
+    exec(compile(src, "<string>", "exec"), env)
+    key = f"pmfast_test_bigllvm_{uuid.uuid4().hex}"
+    cache.register(env["f"], key)
+    deferred.install()
+    return deferred.Deferred(numba.njit(env["f"], cache=True, no_cpython_wrapper=True), key, None)
+
+
+def _lowered_ir(monkeypatch, fn, *args):
+    """``fn(*args)`` compiled; the unoptimised IR of its module calling by symbol."""
+    seen = []
+    orig = codegen.CPUCodeLibrary.add_ir_module
+
+    def add_ir_module(self, module):
+        seen.append(str(module))
+        return orig(self, module)
+
+    monkeypatch.setattr(codegen.CPUCodeLibrary, "add_ir_module", add_ir_module)
+    fn.compile(tuple(numba.typeof(a) for a in args))
+    (module,) = [m for m in seen if "call i32 @\"_pmfast_deferred_" in m]  # the caller's own (not its wrappers)
+    return module
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_calls_by_symbol_share_one_exception_slot(monkeypatch, shared):
+    """Three calls of a callee: one return and one exception slot with shared slots, three each without;
+    the same values and the same error propagated either way (from any of the calls)."""
+    monkeypatch.setenv("PMFAST_CALL_SLOTS", "1" if shared else "0")
+    callee = _callee()
+
+    @numba.njit
+    def caller(a, b, c):
+        return callee(a) + callee(b) * 10.0 + callee(c) * 100.0
+
+    ir = _lowered_ir(monkeypatch, caller, 1.0, 2.0, 3.0)
+    body = ir[ir.index("define") :]
+    excinfo = len(re.findall(r"%\"?excinfo[.\d]*\"? = alloca", body))
+    assert excinfo == (1 if shared else 3)
+    assert caller(1.0, 2.0, 3.0) == 2.0 + 40.0 + 600.0
+    for bad in ((-1.0, 2.0, 3.0), (1.0, -2.0, 3.0), (1.0, 2.0, -3.0)):
+        with pytest.raises(ValueError, match="negative"):
+            caller(*bad)
+    assert caller(0.5, 0.25, 0.125) == 1.0 + 5.0 + 25.0  # after errors: the slots hold nothing stale
+
+
+def test_one_module_pass_and_codegen_level_apply_to_a_library_when_asked(monkeypatch):
+    """A library with the two options emits its object at the asked level and runs the module pipeline once
+    (its cheap run skipped); the same function without them goes through numba's JIT and both runs."""
+    emitted, once = [], []
+    orig_emit, orig_once = library.emit_with, library.optimize_once
+    monkeypatch.setattr(library, "emit_with", lambda lib, opt: (emitted.append(opt), orig_emit(lib, opt))[1])
+    monkeypatch.setattr(library, "optimize_once", lambda lib: (once.append(lib.name), orig_once(lib))[1])
+
+    def f(x):
+        return np.sqrt(x * x + 1.0).sum()
+
+    x = np.linspace(-2.0, 2.0, 11)
+    cheap = numba.njit(pipeline_class=library.compiler(own_copies=True, one_module_pass=True, codegen_opt=0))(f)
+    assert cheap(x) == pytest.approx(np.sqrt(x * x + 1.0).sum(), rel=1e-15)
+    assert emitted == [0] and len(once) == 1
+    (cres,) = cheap.overloads.values()
+    assert cres.library._compiled_object  # kept for numba's cache
+    emitted.clear(), once.clear()
+    plain = numba.njit(pipeline_class=library.compiler(own_copies=True))(f)
+    assert plain(x) == cheap(x)
+    assert emitted == [] and once == []
+
+
+@pytest.fixture(scope="module")
+def big_and_small(tmp_path_factory):
+    """The tiny model compiled as a big graph (threshold lowered) and as a small one, into an empty cache."""
+    import pytensor.link.numba.cache as numba_cache
+
+    import pmfast.linker as lk
+
+    model = join_gradient_model()
+    saved, saved_cache = lk.OPTNONE_MIN_NODES, numba_cache.NUMBA_CACHE_PATH
+    numba_cache.NUMBA_CACHE_PATH = tmp_path_factory.mktemp("entries")
+    try:
+        lk.OPTNONE_MIN_NODES = 1
+        big = pmfast.compile(model)
+        lk.OPTNONE_MIN_NODES = saved
+        small = pmfast.compile(model)
+    finally:
+        lk.OPTNONE_MIN_NODES, numba_cache.NUMBA_CACHE_PATH = saved, saved_cache
+    stock, x0 = pmfast.logp_dlogp_function(model, passes="none")
+    return big, small, stock, x0
+
+
+def test_the_cheaper_finalising_is_for_big_entries_only(big_and_small):
+    big, small, _, _ = big_and_small
+    for compiled, want in ((big, True), (small, False)):
+        kernel = compiled.kernels[0]
+        options = kernel.dispatcher._compiler.pipeline_class.library_options
+        assert options.get("one_module_pass", False) == want
+        assert ("codegen_opt" in options) == want
+        (cres,) = kernel.dispatcher.overloads.values()
+        assert ("_finalize_specific" in type(cres.library).__dict__) == want
+    assert big.kernels[0].key != small.kernels[0].key
+
+
+def test_a_big_entry_gives_stock_values(big_and_small):
+    big, small, stock, x0 = big_and_small
+    for x in (x0, x0 + 0.3, x0 - 1.1, x0 * 2.5):
+        code, logp, grad = callbacks.logp_at(big, x)
+        ref_logp, ref_grad = stock(x)
+        assert code == 0
+        np.testing.assert_allclose(logp, ref_logp, rtol=1e-12)
+        np.testing.assert_allclose(grad, ref_grad, rtol=1e-12, atol=1e-300)
+
+
+def test_big_llvm_options_follow_the_environment(monkeypatch):
+    from pmfast.compiler import entry
+
+    monkeypatch.delenv("PMFAST_BIG_ONE_PASS", raising=False)
+    monkeypatch.delenv("PMFAST_BIG_CODEGEN_OPT", raising=False)
+    assert entry.big_llvm_options() == {"one_module_pass": True, "codegen_opt": entry.BIG_ENTRY_CODEGEN_OPT}
+    monkeypatch.setenv("PMFAST_BIG_ONE_PASS", "0")
+    monkeypatch.setenv("PMFAST_BIG_CODEGEN_OPT", "numba")
+    assert entry.big_llvm_options() == {}
+    monkeypatch.setenv("PMFAST_BIG_CODEGEN_OPT", "2")
+    assert entry.big_llvm_options() == {"codegen_opt": 2}
+    assert os.environ["PMFAST_BIG_CODEGEN_OPT"] == "2"
