@@ -107,7 +107,7 @@ def test_the_map_vectorizes(kernel):
 
     loop(np.ones(4), np.ones(4))
     ir = loop.inspect_llvm(loop.signatures[0])
-    assert re.search(r"<8 x double>", ir)
+    assert re.search(r"<\d+ x double>", ir)
     assert not re.findall(r"call [^@\n]*@(?!llvm\.|NRT|numba)\w*(gammaln|digamma|lgamma|log1mexp|log1p|expm1|_log|_exp)\w*", ir)
 
 
