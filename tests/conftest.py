@@ -1,3 +1,4 @@
+import contextlib
 import importlib.util
 import os
 from pathlib import Path
@@ -26,6 +27,25 @@ def hierarchical_model(n_obs=200, n_groups=12, seed=0):
         xd = pm.Data("x", x)
         pm.Normal("y", mu + tau * z[group] + beta * xd, sigma, observed=y)
     return model
+
+
+@contextlib.contextmanager
+def big_graph_entries(cache_dir, threshold: int | None = 1):
+    """Inside: graphs of ``threshold`` nodes or more compile as big ones (``pmfast.linker.OPTNONE_MIN_NODES``;
+    None: the linker's own), into the pytensor numba cache ``cache_dir`` (empty: an entry loaded from a
+    cache has no LLVM module left to inspect); both restored after."""
+    import pytensor.link.numba.cache as numba_cache
+
+    import pmfast.linker as lk
+
+    saved, saved_cache = lk.OPTNONE_MIN_NODES, numba_cache.NUMBA_CACHE_PATH
+    numba_cache.NUMBA_CACHE_PATH = cache_dir
+    if threshold is not None:
+        lk.OPTNONE_MIN_NODES = threshold
+    try:
+        yield
+    finally:
+        lk.OPTNONE_MIN_NODES, numba_cache.NUMBA_CACHE_PATH = saved, saved_cache
 
 
 def join_gradient_model():

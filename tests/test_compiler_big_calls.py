@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import pmfast
-from conftest import join_gradient_model
+from conftest import big_graph_entries, join_gradient_model
 from pmfast.compiler import callbacks, entry
 from pmfast.loops import deferred
 
@@ -35,21 +35,15 @@ def forced_big(tmp_path_factory):
     """The tiny model compiled as a big graph (threshold lowered), by symbol and linked, and stock's function.
 
     Compiled into an empty cache: an entry loaded from the cache has no LLVM module left to inspect."""
-    import pytensor.link.numba.cache as numba_cache
-
-    import pmfast.linker as lk
-
     model = join_gradient_model()
-    saved, env, saved_cache = lk.OPTNONE_MIN_NODES, os.environ.get("PMFAST_BIG_CALLS"), numba_cache.NUMBA_CACHE_PATH
-    lk.OPTNONE_MIN_NODES = 1
-    numba_cache.NUMBA_CACHE_PATH = tmp_path_factory.mktemp("entries")
+    env = os.environ.get("PMFAST_BIG_CALLS")
     try:
-        os.environ["PMFAST_BIG_CALLS"] = "1"
-        by_symbol = pmfast.compile(model)
-        os.environ["PMFAST_BIG_CALLS"] = "0"
-        linked = pmfast.compile(model)
+        with big_graph_entries(tmp_path_factory.mktemp("entries")):
+            os.environ["PMFAST_BIG_CALLS"] = "1"
+            by_symbol = pmfast.compile(model)
+            os.environ["PMFAST_BIG_CALLS"] = "0"
+            linked = pmfast.compile(model)
     finally:
-        lk.OPTNONE_MIN_NODES, numba_cache.NUMBA_CACHE_PATH = saved, saved_cache
         if env is None:
             os.environ.pop("PMFAST_BIG_CALLS", None)
         else:

@@ -14,7 +14,7 @@ import pytest
 from numba.core import codegen
 
 import pmfast
-from conftest import join_gradient_model
+from conftest import big_graph_entries, join_gradient_model
 from pmfast.compiler import cache, callbacks, library
 from pmfast.loops import deferred
 
@@ -92,20 +92,12 @@ def test_one_module_pass_and_codegen_level_apply_to_a_library_when_asked(monkeyp
 @pytest.fixture(scope="module")
 def big_and_small(tmp_path_factory):
     """The tiny model compiled as a big graph (threshold lowered) and as a small one, into an empty cache."""
-    import pytensor.link.numba.cache as numba_cache
-
-    import pmfast.linker as lk
-
     model = join_gradient_model()
-    saved, saved_cache = lk.OPTNONE_MIN_NODES, numba_cache.NUMBA_CACHE_PATH
-    numba_cache.NUMBA_CACHE_PATH = tmp_path_factory.mktemp("entries")
-    try:
-        lk.OPTNONE_MIN_NODES = 1
+    cache = tmp_path_factory.mktemp("entries")
+    with big_graph_entries(cache):
         big = pmfast.compile(model)
-        lk.OPTNONE_MIN_NODES = saved
+    with big_graph_entries(cache, threshold=None):
         small = pmfast.compile(model)
-    finally:
-        lk.OPTNONE_MIN_NODES, numba_cache.NUMBA_CACHE_PATH = saved, saved_cache
     stock, x0 = pmfast.logp_dlogp_function(model, passes="none")
     return big, small, stock, x0
 
