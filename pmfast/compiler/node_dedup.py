@@ -29,6 +29,7 @@ import os
 
 import numpy as np
 from numba.core import cgutils, types
+from numba.np.arrayobj import make_array
 
 from pmfast.compiler import basic_index, native
 from pmfast.compiler.pure import intrinsic
@@ -120,8 +121,10 @@ def _view_codegen(context, builder, xty, value, items, idx_ty, idx_value, outty)
         """(LLVM intp value, non-negative?) of a literal int or an argument (a non-negative constant)."""
         if isinstance(v, tuple):
             k = v[1]
-            item = builder.extract_value(idx_value, k)
-            return context.cast(builder, item, idx_ty[k], types.intp), True
+            item, ty = builder.extract_value(idx_value, k), idx_ty[k]
+            if isinstance(ty, types.Array):  # a 0-d array holding the constant
+                item, ty = builder.load(make_array(ty)(context, builder, item).data), ty.dtype
+            return context.cast(builder, item, ty, types.intp), True
         return intp(v), v >= 0
 
     for axis, it in enumerate(items):
@@ -171,13 +174,17 @@ def _py_index(pattern, idx):
     return tuple(v(it[1]) if it[0] == "i" else slice(*(v(p) for p in it[1:])) for it in parse(pattern))
 
 
+def _int0d(t) -> bool:
+    return isinstance(t, types.Array) and t.ndim == 0 and isinstance(t.dtype, types.Integer)
+
+
 @intrinsic(prefer_literal=True)
 def view(typingctx, x, literal, idx):
     """``view(x, pattern, (i0, …))``: ``x[index]``, the index's form from ``pattern`` (:func:`form`),
     its ``a<k>`` values the integers ``idx[k]``; the same view as :func:`pmfast.compiler.basic_index.view`."""
     if not (isinstance(x, types.Array) and isinstance(literal, types.StringLiteral) and isinstance(idx, types.BaseTuple)):
         return None
-    if not all(isinstance(t, types.Integer) for t in idx):
+    if not all(isinstance(t, types.Integer) or _int0d(t) for t in idx):
         return None
     items = parse(literal.literal_value)
     outty = basic_index.result_type(x, items)
