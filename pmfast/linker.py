@@ -347,9 +347,12 @@ class ChunkedNumbaLinker(NumbaLinker):
         from pytensor import config
         from pytensor.link.numba.dispatch import basic as nb_basic
 
+        from pmfast.compiler import node_dedup
+
         state = _State()
         big = len(fgraph.apply_nodes) >= OPTNONE_MIN_NODES
-        with _patched(state, dedup=self.dedup, optnone_fgraph=fgraph if self.optnone and big else None):
+        patched = _patched(state, dedup=self.dedup, optnone_fgraph=fgraph if self.optnone and big else None)
+        with patched, node_dedup.scope(self.optnone and big):
             if not self.direct:
                 out = super().fgraph_convert(fgraph, **kwargs)
             elif config.numba__cache:

@@ -542,9 +542,11 @@ def funcify_and_cache_key(op, node):
 
         return cumop.funcify(op, node)
     if type(op) in (Subtensor, IncSubtensor, Alloc) and os.environ.get("PMFAST_BASIC_INDEX", "1") != "0":
-        from pmfast.compiler import basic_index
+        from pmfast.compiler import basic_index, node_dedup
 
-        found = (basic_index.alloc_funcify if type(op) is Alloc else basic_index.funcify)(op, node)
+        found = node_dedup.funcify(op, node) if type(op) is not Alloc and node_dedup.active() else None
+        if found is None:
+            found = (basic_index.alloc_funcify if type(op) is Alloc else basic_index.funcify)(op, node)
         if found is not None:
             return found
     if type(op) is AdvancedIncSubtensor:
