@@ -121,14 +121,3 @@ def test_installed_compile_scoped_only():
         probe(cfg, blocks, use, defs)
     assert calls == [1]
     assert numba.njit(_func)(np.ones(3), 3) == 3.0  # a user's compile, outside the scope
-
-
-def test_the_sets_switch_is_in_every_key(monkeypatch):
-    """With sets numba emits some decrefs in another order: another code, another key."""
-    from pmfast.compiler.salt import compile_salt
-
-    default = compile_salt()
-    monkeypatch.setenv("PMFAST_LIVENESS_BITS", "0")
-    assert compile_salt() != default and compile_salt().startswith(default)
-    monkeypatch.setenv("PMFAST_LIVENESS_BITS", "1")
-    assert compile_salt() == default
