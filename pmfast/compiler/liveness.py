@@ -16,7 +16,7 @@ its set flows to. Both are chaotic iterations of the same monotone equations fro
 the same initial sets, so both end at their least solution: the same sets (``live_map`` in the
 blocks' order, as numba's). ``tests/test_compiler_liveness.py`` compares them on random control
 flow graphs and on numba's own functions. The sets are solved as integer bit sets
-(``PMFAST_LIVENESS_BITS=0``: Python sets): the same answer, so the same IR and code, no key changes.
+(``PMFAST_LIVENESS_BITS=0``: Python sets): the same sets, so the same IR and code, no key changes.
 
 Compile-scoped (:func:`install`: numba's function outside pmfast's compiles and in other threads).
 """
