@@ -32,10 +32,10 @@ def _problems(draw):
     with random use/def sets over a few variables."""
     n = draw(st.integers(1, 14))
     edges = draw(st.lists(st.tuples(st.integers(0, n - 1), st.integers(0, n - 1)), max_size=3 * n, unique=True))
-    names = [f"v{i}" for i in range(8)]
+    names = [f"v{i}" for i in range(draw(st.sampled_from([8, 150])))]  # 150: bit sets wider than a word
     order = draw(st.permutations(range(n)))
-    use = {b: set(draw(st.lists(st.sampled_from(names), max_size=4))) for b in order}
-    defs = {b: set(draw(st.lists(st.sampled_from(names), max_size=4))) - use[b] for b in order}
+    use = {b: set(draw(st.lists(st.sampled_from(names), max_size=12))) for b in order}
+    defs = {b: set(draw(st.lists(st.sampled_from(names), max_size=12))) - use[b] for b in order}
     return _cfg(n, edges), {b: None for b in order}, use, defs
 
 
@@ -47,6 +47,18 @@ def test_equals_numba_on_random_graphs(problem):
     theirs = NUMBA(cfg, blocks, use, defs)
     assert list(ours) == list(theirs)
     assert ours == theirs
+    assert liveness._sets_compute_live_map(cfg, blocks, use, defs) == theirs
+
+
+def test_sets_switch(monkeypatch):
+    """``PMFAST_LIVENESS_BITS=0`` solves on sets (the same answer, by the other code)."""
+    cfg, blocks, use, defs = _inlined_shape(5)
+    calls = []
+    monkeypatch.setattr(liveness, "_sets_compute_live_map", lambda *a: calls.append(1) or NUMBA(*a))
+    monkeypatch.setenv("PMFAST_LIVENESS_BITS", "0")
+    assert liveness.compute_live_map(cfg, blocks, use, defs) == NUMBA(cfg, blocks, use, defs) and calls == [1]
+    monkeypatch.setenv("PMFAST_LIVENESS_BITS", "1")
+    assert liveness.compute_live_map(cfg, blocks, use, defs) == NUMBA(cfg, blocks, use, defs) and calls == [1]
 
 
 def _inlined_shape(n):
@@ -68,7 +80,7 @@ def _inlined_shape(n):
 
 
 def test_equals_numba_on_an_inlined_chain():
-    cfg, blocks, use, defs = _inlined_shape(40)
+    cfg, blocks, use, defs = _inlined_shape(200)  # 800 variables: many words per bit set
     assert liveness.compute_live_map(cfg, blocks, use, defs) == NUMBA(cfg, blocks, use, defs)
 
 

@@ -43,12 +43,13 @@ from pmfast.compiler.patching import patches  # noqa: F401  (the public list)
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, liveness, overloads, ssa, static_shapes, subroutines, symbols
+    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, liveness, meminfos, overloads, ssa, static_shapes, subroutines, symbols
 
     overloads.install()
     subroutines.install()
     ssa.install()
     liveness.install()
+    meminfos.install()
     inliner.install()
     cache.install()
     frames.install()

@@ -226,9 +226,28 @@ def _work(r: int, req_r: int, req_w: int, todo: list[Job], outdir: str) -> None:
             continue
         if jobs_left:
             jobs_left = _drain(r, todo, outdir, once=True)
+            if not jobs_left:
+                _idle()
             continue
         if not more:
             return
+
+
+def _idle() -> None:
+    """In the worker, once its jobs are gone: compile nutpie's two callbacks into numba's cache (model-
+    independent, compiled once per machine: on a cold one, ~0.3 CPU s this process would spend after
+    its entry), so this process loads them. ``PMFAST_WORKER_CALLBACKS=0``: this process compiles them.
+    An error is left to this process, which compiles them where it needs them."""
+    if os.environ.get("PMFAST_WORKER_CALLBACKS", "1") == "0":
+        return
+    from pmfast.compiler import callbacks
+
+    t0 = time.process_time()
+    try:
+        callbacks.compiled()
+    except Exception:
+        return
+    log.debug("pmfast: the worker compiled or loaded the callbacks in %.2f CPU s", time.process_time() - t0)
 
 
 def _drain(r: int, todo: list[Job], outdir: str | None, once: bool = False) -> bool:
