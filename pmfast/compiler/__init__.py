@@ -57,6 +57,9 @@ def setup() -> None:
     static_shapes.install()
     determinism.install()
     symbols.install()
+    from pmfast import shape_lengths
+
+    shape_lengths.install()
 
 
 @contextlib.contextmanager
