@@ -1,25 +1,23 @@
-"""ShapeFeature's static lengths as one int64 constant per length and feature, not a new constant per dimension.
+"""ShapeFeature's static lengths built from one prototype constant per length, not by ``constant()`` each time.
 
 pytensor's ``ShapeFeature`` (attached from ``ShapeOpt`` to the end of the rewrites) records a
 shape tuple for every variable it imports. For each axis whose static length is known,
-``set_shape`` and ``shape_ir`` call ``constant(length, dtype="int64")``: a new ``TensorType``
-(numpy's Python-level ``dtype.__str__``) and a new ``TensorConstant``, whose merge signature
-(a masked-array sum) is computed again when the constant meets the merge feature or a shape
+``set_shape`` and ``shape_ir`` call ``constant(length, dtype="int64")``: numpy conversion, two
+new ``TensorType`` (numpy's Python-level ``dtype.__str__``), a shape check, and later the new
+constant's merge signature (a masked-array sum) when it meets the merge feature or a shape
 comparison. ``set_shape`` then asserts, for every axis of static length 1, that the entry
-equals ``lscalar_one`` (a signature comparison). On hier_var (8 groups) that was ~20,000
-constants and ~46% of ``ShapeFeature.on_import``.
+equals ``lscalar_one`` (a signature comparison). On hier_var (8 groups): ~20,000 constants,
+about half of ``ShapeFeature.on_import``.
 
-:func:`set_shape` and :func:`shape_ir` take the constant from a dict on the feature
-(``length -> TensorConstant``), built by the same ``constant(length, dtype="int64")`` call the
-first time: equal type (``int64``, shape ``()``), equal data, no name, so every comparison
-pytensor makes between shape entries (``equals``/signatures, ``get_scalar_constant_value``,
-``equal_computations``, the merge feature's signature keys) answers as before; an entry is
-a shape *expression*, never destroyed in place. The assertion is dropped where it is a
-tautology: an axis of static length 1 gets ``constant(1)``, which equals ``lscalar_one``.
+:func:`set_shape` and :func:`shape_ir` build the constant with :func:`_length`: the first one
+per length and feature by pytensor's ``constant``, the others by ``Constant.__init__`` with that
+one's type and data (an int64 ``()`` type, a 0-d int64 array) and its signature. Every call
+still returns a new constant, as pytensor's does, so the rewritten graph is the same object for
+object (the merge feature sees as many constants as before); the data array they share is never
+written (pytensor refuses to destroy a constant). The assertion is dropped where it is a
+tautology: an axis of static length 1 gets a constant 1, which equals ``lscalar_one``.
 Everything else (``None`` shapes, tuples of the wrong length, non-static axes through
-``unpack``, the reverse index) is pytensor's code path unchanged. The cache lives on the
-feature instance, so no constant is shared between two function graphs (the reason
-pytensor gives ``lscalar_one`` per feature).
+``unpack``, the reverse index) is pytensor's code path unchanged.
 
 Compile-scoped (:func:`pmfast.compiler.patching.scoped`); ``PMFAST_SHAPE_LENGTHS=0`` restores
 pytensor's methods inside the compile too.
@@ -28,6 +26,10 @@ pytensor's methods inside the compile too.
 from __future__ import annotations
 
 import os
+
+from pytensor.graph.basic import Constant
+from pytensor.tensor.basic import constant
+from pytensor.tensor.variable import TensorConstant
 
 from pmfast.compiler.patching import scoped
 
@@ -38,15 +40,29 @@ def enabled() -> bool:
 
 
 def _length(feature, n):
-    """The feature's int64 constant for static length ``n`` (made by pytensor's ``constant`` once)."""
+    """A new int64 constant of static length ``n``, as ``constant(n, dtype="int64")`` makes it.
+
+    The first call per length and feature goes through pytensor's ``constant`` and keeps the
+    result's type, data and merge signature; later calls build a ``TensorConstant`` from those
+    by ``Constant.__init__`` (what ``TensorConstant.__init__`` ends with, after checking the
+    data's shape against the type's and cloning the type to it: both are ``()`` here). Each call
+    returns a distinct constant, as pytensor's does, so the graph's constants are the same
+    objects-for-objects (the merge feature merges what it merged before).
+    """
     cache = feature.__dict__.get("_pmfast_lengths")
     if cache is None:
         cache = feature.__dict__["_pmfast_lengths"] = {}
-    c = cache.get(n)
-    if c is None:
-        from pytensor.tensor.basic import constant
-
-        c = cache[n] = constant(n, dtype="int64")
+    proto = cache.get(n)
+    if proto is None:
+        c = constant(n, dtype="int64")
+        c.signature()  # pmfast.compiler.constants keeps it on the constant
+        cache[n] = (c.type, c.data, c.__dict__.get("_pmfast_signature"))
+        return c
+    ttype, data, signature = proto
+    c = TensorConstant.__new__(TensorConstant)
+    Constant.__init__(c, ttype, data, None)
+    if signature is not None and c.data is data:
+        c.__dict__["_pmfast_signature"] = signature
     return c
 
 
