@@ -7,7 +7,8 @@ For each model, ``pmfast.compile`` runs up to the entries (graphs, rewrites, nod
 functions, entry sources and keys) and stops before numba compiles anything. Per
 entry (logp, expand) it records the rewritten graph's node count, hashes of the
 graph function's source (comments dropped), of the entry's source and its cache
-key. Keys are computed with pmfast's version salts (``compile_salt``, vmath's
+key. Keys are computed with pmfast's version salts (``compile_salt``, in ``pmfast.linker`` and
+``pmfast.compiler.salt``, vmath's
 ``VERSION``) set to constants: those hash pmfast's own source files, so any edit
 changes them although nothing compiled does.
 
@@ -45,7 +46,10 @@ def record(names) -> None:
     from pmfast import models
     from pmfast.compiler import entry, parallel
 
+    import pmfast.compiler.salt
+
     pmfast.linker.compile_salt = lambda: "SALT"
+    pmfast.compiler.salt.compile_salt = lambda: "SALT"  # scan's and ops' keys import it from there
     for mod in (pmfast.vmath, pmfast.vmath._cache, pmfast.vmath.elemwise, pmfast.vmath.ops):
         mod.VERSION = "VMATH"
     sizes = {"wide_additive": {"n": 12}, "hier_var": {"n_groups": 2}}  # as tests/test_zoo_nodes.py

@@ -150,3 +150,23 @@ def test_reduced_siblings_sharing_an_input_merge(data):
     args = (rng.uniform(-0.2, 1.2, n), rng.normal(size=3))
     for got, ref in zip(fast(*args), stock(*args), strict=True):
         np.testing.assert_allclose(got, ref, rtol=1e-15)
+
+
+def test_eligibility_memo_same_graph(monkeypatch):
+    """The pass's eligibility memo (PMFAST_SIBLING_MEMO) leaves the merged graph as it was, and is used."""
+    seen = []
+    real = sf._eligible
+    monkeypatch.setattr(sf, "_eligible", lambda n: seen.append(n) or real(n))
+    texts, counts = [], []
+    for memo in ("1", "0"):
+        monkeypatch.setenv("PMFAST_SIBLING_MEMO", memo)
+        seen.clear()
+        ins, outs = _structure("same_gather")
+        outs = outs + [pt.sum(pt.sin(ins[0][ins[2]]) * ins[4]), pt.sum(pt.cos(ins[1][ins[2]]))]
+        fn = pytensor.function(ins, outs, mode=get_mode(["indexed_elemwise"]), on_unused_input="ignore")
+        texts.append(pytensor.printing.debugprint(fn, file="str", print_type=True, id_type=""))
+        counts.append((len(seen), len(set(seen))))
+    assert texts[0] == texts[1]
+    (calls_memo, nodes_memo), (calls_plain, _) = counts
+    assert calls_memo == nodes_memo, "with the memo, each node's eligibility is computed once"
+    assert calls_plain > calls_memo, "without it, again at every search"

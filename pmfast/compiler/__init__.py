@@ -58,6 +58,10 @@ def setup() -> None:
     static_shapes.install()
     determinism.install()
     symbols.install()
+    from pmfast import destroy_cycles, shape_lengths
+
+    shape_lengths.install()
+    destroy_cycles.install()
 
 
 @contextlib.contextmanager

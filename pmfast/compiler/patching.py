@@ -254,6 +254,20 @@ PATCHES: tuple[Patch, ...] = (
         ("tests/tensor/test_basic.py", "tests/tensor/test_extra_ops.py"),
     ),
     Patch(
+        "pytensor.tensor.rewriting.shape:ShapeFeature.set_shape, ShapeFeature.shape_ir",
+        "pmfast.shape_lengths",
+        "a static length's int64 constant made once per length and shape feature, not once per dimension of every imported variable (~46% of ShapeFeature.on_import on hier_var; PMFAST_SHAPE_LENGTHS=0)",
+        "compile",
+        ("tests/tensor/rewriting/test_shape.py", "tests/tensor/rewriting/test_basic.py"),
+    ),
+    Patch(
+        "pytensor.graph.destroyhandler:_contains_cycle",
+        "pmfast.destroy_cycles",
+        "DestroyHandler's cycle check after every in-place candidate over apply nodes only, variables contracted into edges (the same answer for every graph and orderings; PMFAST_CYCLE_CHECK=0)",
+        "compile",
+        ("tests/graph/test_destroyhandler.py", "tests/tensor/rewriting/test_basic.py"),
+    ),
+    Patch(
         "pytensor.config:traceback__limit",
         "pmfast.nutpie_glue",
         "no creation traces for the graphs pymc and nutpie build inside pmfast.compile (a limit the user set is kept)",

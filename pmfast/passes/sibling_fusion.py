@@ -31,6 +31,7 @@ the rewrite terminates.
 from __future__ import annotations
 
 import logging
+import os
 
 import numpy as np
 from pytensor.graph.basic import Apply
@@ -71,6 +72,10 @@ def _eligible(node) -> bool:
     if nd == 0 or any(v.type.ndim != nd for v in (*node.inputs, *node.outputs)):
         return False
     return all(np.dtype(v.type.dtype).kind in _NUMERIC for v in (*node.inputs, *node.outputs))
+
+
+def _memo_enabled() -> bool:
+    return os.environ.get("PMFAST_SIBLING_MEMO", "1") != "0"
 
 
 def _weight(inputs) -> int:
@@ -129,9 +134,21 @@ def _reduced_only(fgraph, node) -> bool:
     return True
 
 
-def _loop_candidate(fgraph, node) -> bool:
-    """A node ``indexed_elemwise`` will run as a loop: it gathers, or it only feeds full reductions."""
-    if not _eligible(node):
+def _loop_candidate(fgraph, node, eligible=None) -> bool:
+    """A node ``indexed_elemwise`` will run as a loop: it gathers, or it only feeds full reductions.
+
+    ``eligible`` (a dict) memoises :func:`_eligible`, which reads only the node's op and its
+    variables' ndim and dtype: a replacement in the graph swaps an input for one of the same
+    type (pytensor converts it or refuses), so the answer for a node never changes.
+    ``PMFAST_SIBLING_MEMO=0``: no memo.
+    """
+    if eligible is None:
+        ok = _eligible(node)
+    else:
+        ok = eligible.get(node)
+        if ok is None:
+            ok = eligible[node] = _eligible(node)
+    if not ok:
         return False
     return any(_gather_key(v) is not None for v in node.inputs) or _reduced_only(fgraph, node)
 
@@ -174,9 +191,10 @@ class SiblingFusion(PassRewriter):
 
     def apply(self, fgraph):
         merges, declined = 0, set()
+        eligible = {} if _memo_enabled() else None
         while merges < self.max_merges:
             try:
-                pair = self._find_pair(fgraph, declined)
+                pair = self._find_pair(fgraph, declined, eligible)
             except Exception:
                 _log.debug("%s: pair search stopped", self.reason, exc_info=True)
                 break
@@ -190,15 +208,16 @@ class SiblingFusion(PassRewriter):
                 declined.add(pair)
 
     @staticmethod
-    def _find_pair(fgraph, declined):
+    def _find_pair(fgraph, declined, eligible=None):
         """The first pair ``(a, b)`` in toposort order (``a`` first) that may merge, or None.
 
         Only pairs that share data can merge, so each ``a`` is paired with the later nodes that
         share one of its data keys (:func:`_data_keys`), in toposort order: the same first pair
         as trying every later node. A pair found dependent (a path from ``a`` to ``b``) stays
         dependent as pairs merge (merging never removes a path), so it joins ``declined``.
+        ``eligible`` memoises :func:`_eligible` per node across searches (the pass's dict).
         """
-        nodes = [n for n in fgraph.toposort() if _loop_candidate(fgraph, n)]
+        nodes = [n for n in fgraph.toposort() if _loop_candidate(fgraph, n, eligible)]
         pos = {n: k for k, n in enumerate(nodes)}
         keys = {n: _data_keys(n) for n in nodes}
         sharing: dict = {}
