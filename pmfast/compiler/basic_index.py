@@ -122,8 +122,10 @@ def result_type(x, items):
     return res.result
 
 
-def _view_codegen(context, builder, xty, value, items, outty):
-    """The view ``x[items]`` (an array struct of type ``outty`` borrowing ``x``'s memory)."""
+def _view_codegen(context, builder, xty, value, items, outty, arg=None):
+    """The view ``x[items]`` (an array struct of type ``outty`` borrowing ``x``'s memory). ``arg(v)``
+    gives an index or bound value's (LLVM intp, known non-negative) (default: ``v`` a literal int;
+    :mod:`pmfast.compiler.node_dedup` reads some from arguments); steps are literal ints."""
     meminfo, parent, itemsize, xdata, shapes, strides = native.array_fields(builder, value, xty.ndim)
     intp = cgutils.intp_t
     zero = intp(0)
@@ -136,10 +138,15 @@ def _view_codegen(context, builder, xty, value, items, outty):
     def smax(a, b):
         return builder.select(builder.icmp_signed(">", a, b), a, b)
 
+    if arg is None:
+        def arg(v):
+            return intp(v), v >= 0
+
     for axis, it in enumerate(items):
         n, stride = shapes[axis], strides[axis]
         if it[0] == "i":
-            k = intp(it[1]) if it[1] >= 0 else builder.add(n, intp(it[1]))
+            c, nonneg = arg(it[1])
+            k = c if nonneg else builder.add(n, c)
             bad = builder.or_(builder.icmp_signed("<", k, zero), builder.icmp_signed(">=", k, n))
             with builder.if_then(bad, likely=False):
                 context.call_conv.return_user_exc(builder, IndexError, (BOUNDS_MSG,))
@@ -155,9 +162,10 @@ def _view_codegen(context, builder, xty, value, items, outty):
         def bound(c, default):
             if c is None:
                 return default
-            if c >= 0:
-                return smin(intp(c), hi)
-            return smax(builder.add(n, intp(c)), lo)
+            c, nonneg = arg(c)
+            if nonneg:
+                return smin(c, hi)
+            return smax(builder.add(n, c), lo)
 
         a = bound(start, zero if step > 0 else hi)
         b = bound(stop, n if step > 0 else intp(-1))

@@ -31,7 +31,7 @@ import numpy as np
 from numba.core import cgutils, types
 from numba.np.arrayobj import make_array
 
-from pmfast.compiler import basic_index, native
+from pmfast.compiler import basic_index
 from pmfast.compiler.pure import intrinsic
 
 #: Bump when the generated code changes (part of the cache key).
@@ -105,17 +105,6 @@ def parse(pattern: str) -> list:
 
 def _view_codegen(context, builder, xty, value, items, idx_ty, idx_value, outty):
     """:func:`pmfast.compiler.basic_index._view_codegen` with ``("a", k)`` values read from the index tuple."""
-    meminfo, parent, itemsize, xdata, shapes, strides = native.array_fields(builder, value, xty.ndim)
-    intp = cgutils.intp_t
-    zero = intp(0)
-    offset = zero
-    out_shape, out_strides = [], []
-
-    def smin(a, b):
-        return builder.select(builder.icmp_signed("<", a, b), a, b)
-
-    def smax(a, b):
-        return builder.select(builder.icmp_signed(">", a, b), a, b)
 
     def arg(v):
         """(LLVM intp value, non-negative?) of a literal int or an argument (a non-negative constant)."""
@@ -125,46 +114,9 @@ def _view_codegen(context, builder, xty, value, items, idx_ty, idx_value, outty)
             if isinstance(ty, types.Array):  # a 0-d array holding the constant
                 item, ty = builder.load(make_array(ty)(context, builder, item).data), ty.dtype
             return context.cast(builder, item, ty, types.intp), True
-        return intp(v), v >= 0
+        return cgutils.intp_t(v), v >= 0
 
-    for axis, it in enumerate(items):
-        n, stride = shapes[axis], strides[axis]
-        if it[0] == "i":
-            c, nonneg = arg(it[1])
-            k = c if nonneg else builder.add(n, c)
-            bad = builder.or_(builder.icmp_signed("<", k, zero), builder.icmp_signed(">=", k, n))
-            with builder.if_then(bad, likely=False):
-                context.call_conv.return_user_exc(builder, IndexError, (basic_index.BOUNDS_MSG,))
-            offset = builder.add(offset, builder.mul(k, stride))
-            continue
-        _, start, stop, step = it
-        step = 1 if step is None else step
-        if step > 0:
-            lo, hi = zero, n
-        else:
-            lo, hi = intp(-1), builder.sub(n, intp(1))
-
-        def bound(c, default):
-            if c is None:
-                return default
-            c, nonneg = arg(c)
-            if nonneg:
-                return smin(c, hi)
-            return smax(builder.add(n, c), lo)
-
-        a = bound(start, zero if step > 0 else hi)
-        b = bound(stop, n if step > 0 else intp(-1))
-        span = builder.sub(b, a) if step > 0 else builder.sub(a, b)
-        mag = abs(step)
-        length = span if mag == 1 else builder.sdiv(builder.add(span, intp(mag - 1)), intp(mag))
-        length = smax(length, zero)
-        offset = builder.add(offset, builder.mul(a, stride))
-        out_shape.append(length)
-        out_strides.append(stride if step == 1 else builder.mul(stride, intp(step)))
-    out_shape += shapes[len(items):]
-    out_strides += strides[len(items):]
-    data = builder.inttoptr(builder.add(builder.ptrtoint(xdata, intp), offset), xdata.type)
-    return native.array_value(context, builder, outty, meminfo, parent, itemsize, data, out_shape, out_strides)
+    return basic_index._view_codegen(context, builder, xty, value, items, outty, arg=arg)
 
 
 def _py_index(pattern, idx):
