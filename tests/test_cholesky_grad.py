@@ -23,12 +23,19 @@ def _cost(lower, batched=False):
 
 @functools.lru_cache(maxsize=None)
 def _functions(lower, batched=False):
+    """The gradient compiled with the pass (numba, and pytensor's python linker: CholeskyGrad.perform) and
+    without it (stock NUMBA mode; pytensor's python linker for the (1, n, n) stacks, whose stock numba
+    compile is ~40 of this file's cold seconds and checks stock's lowering rather than the pass)."""
     a, w, cost = _cost(lower, batched)
     grad = pytensor.grad(cost, a)
+    with_pass = pmfast.get_mode("cholesky_grad")
+    stock = pmfast.get_mode("none")
+    if batched:
+        stock = pytensor.compile.mode.Mode(linker="py", optimizer=stock.optimizer)
     return (
-        pytensor.function([a, w], grad, mode=pmfast.get_mode("cholesky_grad")),
-        pytensor.function([a, w], grad, mode=pmfast.get_mode("none")),
-        pytensor.function([a, w], grad, mode=pytensor.compile.mode.Mode(linker="py", optimizer=pmfast.get_mode("cholesky_grad").optimizer)),
+        pytensor.function([a, w], grad, mode=with_pass),
+        pytensor.function([a, w], grad, mode=stock),
+        pytensor.function([a, w], grad, mode=pytensor.compile.mode.Mode(linker="py", optimizer=with_pass.optimizer)),
     )
 
 

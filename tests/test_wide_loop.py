@@ -93,7 +93,7 @@ def _var_like(n: int):
 
 
 def test_scalar_composite_runs_as_one_loop():
-    xs, outs, fast, stock = _var_like(60)
+    xs, outs, fast, stock = _var_like(36)
     assert fired(fast) == {"wide_split": 1}
     (loop,) = _loops(fast)
     assert len(loop.op.layout) > MAX_ARITY and _widest(fast) <= MAX_ARITY
