@@ -86,9 +86,10 @@ def components(fgraph):
 
 
 def split(loop: IndexedLoop) -> list[tuple[Block, object]] | None:
-    """``[(block, its scalar Composite), ...]`` of a 1-d ``loop`` whose scalar op is a Composite of
-    at least two components, or None (declined: one component, a component without a read giving
-    the loop's length, or a scatter whose terms come from two components)."""
+    """``[(block, its scalar Composite), ...]`` of a 1-d ``loop`` whose scalar op is a Composite, one
+    per component (one block: the loop itself, renumbered, so that it shares its kernel with the
+    copies of other loops), or None (declined: a component without a read giving the loop's
+    length, or a scatter whose terms come from two components)."""
     from pytensor.scalar.basic import Composite
 
     from pmfast.loops.body import flatten_composites
@@ -98,7 +99,7 @@ def split(loop: IndexedLoop) -> list[tuple[Block, object]] | None:
         return None
     fgraph = flatten_composites(op.fgraph)
     comps = components(fgraph)
-    if comps is None or len(comps) < 2:
+    if not comps:
         return None
     owner = {o: c for c, (_, outs) in enumerate(comps) for o in outs}
     by_comp: list[list[int]] = [[] for _ in comps]
