@@ -56,7 +56,9 @@ def test_split_declines_one_component_and_connected_copies():
     loop = IndexedLoop(ps.Composite([a, b], [a * b, a + b]), (Read(0), Read(1)), (Write(0, SUM), Write(1, SUM)))
     assert len(blocks.split(loop)) == 2  # they share only inputs
     loop = IndexedLoop(ps.Composite([a, b], [a * b, ps.exp(a * b)]), (Read(0), Read(1)), (Write(0, SUM), Write(1, SUM)))
-    assert len(blocks.split(loop)) == 1  # one block: called once
+    assert len(blocks.split(loop)) == 1
+    node = IndexedElemwise(loop, [pt.dscalar().type] * 2).make_node(pt.dvector(), pt.dvector())
+    assert dispatch._blocked(loop, node, ["float64"] * 2, ["float64"] * 2, "loop") is None  # keeps its fused kernel
     # a scatter whose terms come from two components
     loop = IndexedLoop(
         ps.Composite([a, b], [ps.exp(a), ps.exp(b)]), (Read(0), Read(1)),

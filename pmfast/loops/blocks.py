@@ -87,8 +87,7 @@ def components(fgraph):
 
 def split(loop: IndexedLoop) -> list[tuple[Block, object]] | None:
     """``[(block, its scalar Composite), ...]`` of a 1-d ``loop`` whose scalar op is a Composite, one
-    per component (one block: the loop itself, renumbered, so that it shares its kernel with the
-    copies of other loops), or None (declined: a component without a read giving the loop's
+    per component (one block: the loop itself, renumbered), or None (declined: a component without a read giving the loop's
     length, or a scatter whose terms come from two components)."""
     from pytensor.scalar.basic import Composite
 

@@ -255,7 +255,7 @@ try:
                 kenv = {"np": np, "stack_array": stack_array, **benv, "__name__": __name__}
                 kernels[bkey] = (f"{name}_b{len(kernels)}", ksrc, kenv, loop_blocks.returns(block, out_dtypes))
             names.append(kernels[bkey][0])
-        if len(parts) > 1 and len(kernels) == len(parts):
+        if len(parts) < 2 or len(kernels) == len(parts):
             return None  # nothing repeats: the fused kernel compiles no more than the blocks would
         entry = loop_blocks.generate_entry(loop, in_dtypes, out_dtypes, [b for b, _ in parts], names, name)
         return entry, kernels
