@@ -12,6 +12,7 @@ from hashlib import sha256
 
 import numpy as np
 
+from pmfast.loops import blocks as loop_blocks
 from pmfast.loops import threads as loop_threads
 from pmfast.loops.body import BODY_VERSION, is_vmath, op_body, vectorizable
 from pmfast.loops.chunked import CHUNKED_VERSION, chunkable, generate_chunked, kernel_returns, threadable
@@ -153,11 +154,24 @@ try:
         # default set (contract/afn/arcp/nsz...) slows the gather/scatter loop by ~25%, and IEEE
         # order keeps scatters and sums deterministic. The scalar functions keep their own flags.
         threads = 1
+        # a kernel compiled in another process exists only for compiled code (not under pytensor's
+        # pure-python evaluation or NUMBA_DISABLE_JIT, where every function is plain Python)
+        deferrable = DEFERRED and config.numba__cache and not jit_off()
+        blocked = None
         if form == "chunked":
             body_dtypes = [o.type.dtype for o in scalar_node.outputs]
             threads = loop_threads.THREADS if threadable(loop) else 1
-            sources = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, name, threads)
-            src = "".join(fsrc for _, fsrc in sources)
+            if threads == 1 and deferrable and scalar_key is not None and loop_blocks.ENABLED:
+                try:
+                    blocked = _blocked(loop, node, in_dtypes, out_dtypes, name)
+                except Exception:  # never fail compilation: the fused kernel
+                    _log.debug("indexed_elemwise: block split declined", exc_info=True)
+            if blocked is not None:
+                entry_src, kernels = blocked
+                src = entry_src + "".join(k[1] for k in kernels.values())
+            else:
+                sources = generate_chunked(loop, in_dtypes, out_dtypes, body, body_dtypes, name, threads)
+                src = "".join(fsrc for _, fsrc in sources)
         else:
             src = generate_source(loop, in_dtypes, out_dtypes, func_name=name, body=body)
         if scalar_key is None:
@@ -178,14 +192,17 @@ try:
                         tuple(str(t) for t in op.out_types),
                         scalar_key,
                         (form, BODY_VERSION, LAZY_SWITCH, CHUNKED_VERSION, vmath_version(), threads, arrays_version, DEFERRED, call_slots),
+                        *((("blocks", loop_blocks.BLOCKS_VERSION, tuple(kernels)),) if blocked is not None else ()),
                     )
                 ).encode()
             ).hexdigest()
-        if form == "chunked":
+        if blocked is not None:
+            for bkey, (kname, ksrc, kenv, returns) in kernels.items():
+                f = compile_numba_function_src(rewrite_source(ksrc, kenv), f"{BLOCK_KERNEL}_kernel", kenv, write_to_disk=True)
+                env[kname] = _deferred_kernel(f, bkey, ksrc, returns)
+            fn = compile_numba_function_src(rewrite_source(entry_src, env), name, env, write_to_disk=True)
+        elif form == "chunked":
             env["prange"] = numba.prange
-            # a kernel compiled in another process exists only for compiled code (not under pytensor's
-            # pure-python evaluation or NUMBA_DISABLE_JIT, where every function is plain Python)
-            deferrable = DEFERRED and config.numba__cache and not jit_off()
             for fname, fsrc in sources[:-1]:
                 flags = {"parallel": True} if fname.endswith("_blocks") else {}
                 if fname.endswith("_kernel") and threads == 1 and key is not None and deferrable:
@@ -202,6 +219,46 @@ try:
             fn = compile_numba_function_src(rewrite_source(src, env), name, env, write_to_disk=True)
         jitted = numba_basic.numba_njit(fn, fastmath=False)
         return jitted, key
+
+    #: the block kernels' function name (:mod:`pmfast.loops.blocks`)
+    BLOCK_KERNEL = "indexed_elemwise_block"
+
+    def _blocked(loop, node, in_dtypes, out_dtypes, name):
+        """The block split of a chunked loop (:mod:`pmfast.loops.blocks`): ``(loop function source,
+        {block key: (global name, kernel source, kernel globals, kernel returns)})``, or None when
+        no block repeats (or a block has no cache key)."""
+        from types import SimpleNamespace
+
+        parts = loop_blocks.split(loop)
+        if not parts:
+            return None
+        kernels: dict = {}
+        names = []
+        for block, sub in parts:
+            sub_in = [in_dtypes[p] for p in block.positions]
+            sub_out = [out_dtypes[k] for k in block.writes]
+            sc_inputs = [get_scalar_type(dtype=sub_in[r.array])() for r in block.loop.reads]
+            snode = sub.make_node(*sc_inputs)
+            _, skey = numba_funcify_and_cache_key(sub, node=snode)
+            if skey is None:
+                return None
+            body, benv = loop_body(block.loop, SimpleNamespace(inputs=[node.inputs[p] for p in block.positions]), vector=True)
+            body_dtypes = [o.type.dtype for o in snode.outputs]
+            ksrc = generate_chunked(block.loop, sub_in, sub_out, body, body_dtypes, BLOCK_KERNEL, 1)[0][1]
+            bkey = sha256(
+                repr(
+                    ("pmfast", pmfast_version, VERSION, loop_blocks.BLOCKS_VERSION, ksrc, skey, tuple(sub_in), tuple(sub_out),
+                     BODY_VERSION, CHUNKED_VERSION, vmath_version(), arrays_version)
+                ).encode()
+            ).hexdigest()
+            if bkey not in kernels:
+                kenv = {"np": np, "stack_array": stack_array, **benv, "__name__": __name__}
+                kernels[bkey] = (f"{name}_b{len(kernels)}", ksrc, kenv, loop_blocks.returns(block, out_dtypes))
+            names.append(kernels[bkey][0])
+        if len(parts) < 2 or len(kernels) == len(parts):
+            return None  # nothing repeats: the fused kernel compiles no more than the blocks would
+        entry = loop_blocks.generate_entry(loop, in_dtypes, out_dtypes, [b for b, _ in parts], names, name)
+        return entry, kernels
 
     def _deferred_kernel(py_func, loop_key: str, kernel_src: str, returns: list[str]):
         """The chunked kernel, cached under a key of its own (the worker hands it over through
