@@ -24,33 +24,54 @@ def _mvnormal_model():
     return model
 
 
-def test_signatures_are_what_the_node_functions_call():
-    """The predicted argument types are exactly those linalg's node functions type (else the child's
-    compiles would be wasted): every implementation a graph and its gradient compile is covered."""
-    a = pt.matrix("a")
-    b = pt.matrix("b")
-    v = pt.vector("v")
-    spd = a @ a.T + 3 * pt.eye(3)
-    chol = pt.linalg.cholesky(spd)
-    cost = (
-        pt.linalg.solve_triangular(chol, b, lower=True).sum()
-        + pt.linalg.solve_triangular(chol, v, lower=True).sum()
-        + pt.linalg.solve(spd + a, b, assume_a="gen").sum()
-        + chol.sum()
-    )
-    outs = [cost, *pytensor.grad(cost, [a, b, v])]
-    fn = pytensor.function([a, b, v], outs, mode=pmfast.get_mode())
-    rng = np.random.default_rng(0)
-    fn(rng.normal(size=(3, 3)), rng.normal(size=(3, 2)), rng.normal(size=3))
-    seen = set()
-    for name in prefetch.SIGNATURES:
-        impl = linalg.jitted(name)
-        sigs = {tuple(s) for s in impl.overloads}
-        if sigs:
-            assert sigs == {prefetch.argtypes(name)}, name
-            seen.add(name)
-    assert {"cholesky", "cholesky_grad", "solve_triangular2", "solve_triangular1", "dot"} <= seen
-    assert seen & {"lu_factor", "solve_general2"}
+#: per implementation: its props and the node function's argument types (a layout of each kind)
+_NODES = {
+    "cholesky": ((False, False), ("C2",)),
+    "cholesky_grad": ((True,), ("C2", "C2")),
+    "solve_triangular2": ((True, False, False), ("C2", "F2")),
+    "solve_triangular1": ((True, False, False), ("C2", "C1")),
+    "cho_solve2": ((True, False), ("C2", "A2")),
+    "cho_solve1": ((True, False), ("C2", "C1")),
+    "solve_general2": ((False, False), ("F2", "C2")),
+    "solve_general1": ((False, False), ("C2", "C1")),
+    "lu_factor": ((False,), ("C2",)),
+    "dot": ((), ("C2", "A2")),
+}
+
+
+def _array(code):
+    from numba.core import types
+
+    return types.Array(types.float64, int(code[1]), code[0])
+
+
+@pytest.mark.parametrize("name", sorted(prefetch.SIGNATURES))
+def test_signatures_are_what_the_node_functions_call(name, monkeypatch):
+    """The predicted argument types are those linalg's node functions call the implementation with
+    (else the child's compiles would be wasted): the node function's call typed, nothing compiled."""
+    from numba.core import compiler, typed_passes
+    from numba.core.registry import cpu_target
+
+    from pmfast.loops import deferred
+
+    props, args = _NODES[name]
+    node_fn, _ = linalg._build(name, props, "float64")
+    seen = []
+    monkeypatch.setattr(deferred.Deferred, "request", lambda self, argtypes: seen.append((self.key, argtypes)))
+    from pmfast import compiler as pm_compiler
+    from pmfast.compiler import patching
+
+    pm_compiler.setup()
+    with patching.compiling():
+        interp = compiler.run_frontend(node_fn.py_func)
+        ctx = cpu_target.typing_context
+        ctx.refresh()
+        typed_passes.type_inference_stage(ctx, cpu_target.target_context, interp, tuple(map(_array, args)), None)
+    impl = node_fn.py_func.__globals__["_pm_impl"]
+    if isinstance(impl, deferred.Deferred):
+        assert {a for k, a in seen if k == impl.key} == {prefetch.argtypes(name)}
+    else:  # lu_factor: not predicted, called directly
+        assert prefetch.argtypes(name) in {tuple(s) for s in impl.overloads}
 
 
 def test_wanted_and_the_gate(monkeypatch):
