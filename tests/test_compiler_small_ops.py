@@ -48,6 +48,23 @@ def test_extract_diag_equal_stock(offset):
                 assert a.dtype == b.dtype and a.shape == b.shape
 
 
+@pytest.mark.parametrize("offset", [0, 2, -1])
+def test_extract_diag_of_a_stack_equal_stock(offset):
+    x = pt.tensor3("x")
+    outs = [ExtractDiag(offset=offset, axis1=1, axis2=2)(x)]
+    ours = pytensor.function([x], outs, mode=pmfast.get_mode())
+    stock = pytensor.function([x], outs, mode="NUMBA")
+    nodes = [n for n in ours.maker.fgraph.toposort() if isinstance(n.op, ExtractDiag)]
+    assert nodes and all(small_ops.funcify(n.op, n) is not None for n in nodes)
+    rng = np.random.default_rng(9)
+    for shape in ((2, 4, 4), (3, 2, 5), (1, 5, 2), (0, 3, 3), (2, 0, 3)):
+        xv = rng.normal(size=shape)
+        for xin in (xv, xv.transpose(0, 2, 1).copy().transpose(0, 2, 1)):
+            for a, b in zip(ours(xin), stock(xin), strict=True):
+                np.testing.assert_array_equal(a, b)
+                assert a.dtype == b.dtype and a.shape == b.shape
+
+
 def test_shape_i_equal_stock_without_numpy_overloads():
     x = pt.tensor3("x")
     outs = [Shape_i(1)(x), Shape_i(2)(x) * 3]

@@ -10,7 +10,9 @@ functions of their own, compiled in every cold process next to the entry that in
 * ``ExtractDiag`` of a matrix: ``np.diag(x, k)`` (then ``.copy()`` unless a view): numba's
   ``diag_impl``, its ``np.empty`` and the allocator (bayesian_sem_workflow, bayesian_var_ireland's
   expand entry: ~0.4-0.6 CPU s). Here numba's own ``diag_impl`` loop written out (its length rule
-  and reads), into a new C array as numba's returns: the same values, bit for bit.
+  and reads), into a new C array as numba's returns: the same values, bit for bit. A stack of
+  matrices (3-d, axes 1 and 2; bayesian_sem_workflow, ~1 CPU s of its cold compile): pytensor's
+  n-d loop (its length rule, a new C array) without its ``np.empty`` and slicing.
 
 ``PMFAST_SMALL_OPS=0`` keeps pytensor's node functions (the sources differ, so do the keys).
 """
@@ -40,6 +42,25 @@ _DIAG_SRC = """def extract_diag(x):
     else:
         for i in range(n):
             out[i] = x[i - k, i]
+    return out
+"""
+
+
+_DIAG3_SRC = """def extract_diag(x):
+    b, rows, cols = x.shape
+    k = {k}
+    if k >= 0:
+        n = min(rows, max(0, cols - k))
+    else:
+        n = min(cols, max(0, rows + k))
+    out = _pm_empty((b, n), _pm_dtype)
+    for j in range(b):
+        if k >= 0:
+            for i in range(n):
+                out[j, i] = x[j, i, i + k]
+        else:
+            for i in range(n):
+                out[j, i] = x[j, i - k, i]
     return out
 """
 
@@ -87,9 +108,13 @@ def _extract_diag(op, node):
 
     (x,) = node.inputs
     out = node.outputs[0]
-    if x.type.ndim != 2 or (op.axis1, op.axis2) != (0, 1) or out.type.dtype != x.type.dtype:
+    if (x.type.ndim, op.axis1, op.axis2) == (2, 0, 1):
+        src = _DIAG_SRC
+    elif (x.type.ndim, op.axis1, op.axis2) == (3, 1, 2):  # pytensor's n-d loop for a stack of matrices
+        src = _DIAG3_SRC
+    else:
         return None
-    if x.type.dtype not in ("float64", "float32", "int64", "int32", "bool"):
+    if out.type.dtype != x.type.dtype or x.type.dtype not in ("float64", "float32", "int64", "int32", "bool"):
         return None
     env = {"_pm_empty": native.empty, "_pm_dtype": np.dtype(x.type.dtype).type}
-    return _build(_DIAG_SRC.format(k=int(op.offset)), "extract_diag", env, x.type.dtype)
+    return _build(src.format(k=int(op.offset)), "extract_diag", env, x.type.dtype)
