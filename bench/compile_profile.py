@@ -182,7 +182,8 @@ def worker(model_spec, side, passes, top):
         timings = compiled.timings
     out = {"wall": time.perf_counter() - t0, "cpu": time.process_time() - c0, "timings": timings}
     # the forked worker's CPU (pmfast.compiler.handover), not in this process's numba events
-    out["worker_cpu"] = getattr(compiled, "cpu_timings", {}).get("numba: worker", 0.0)
+    cpu_t = getattr(compiled, "cpu_timings", {})
+    out["worker_cpu"] = cpu_t.get("numba: worker", 0.0) + cpu_t.get("numba: prefetch", 0.0)
     out["cpu_timings"] = dict(getattr(compiled, "cpu_timings", {}))
     out["rewrite_cpu"] = rewrite_cpu[0]
     out["parts"] = [len(getattr(k, "parts", ())) for k in getattr(compiled, "kernels", ())]

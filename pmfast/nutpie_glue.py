@@ -237,17 +237,38 @@ def _python_vm():
 def _compile_numba(
     model, mode, *, passes, initial_points, jitter_rvs, default_initialization_strategy, var_names, freeze_model, stage
 ) -> PmfastCompiledModel:
-    from pymc.initial_point import make_initial_point_fn
-    from pymc.model.transform.optimization import freeze_dims_and_data
-
-    from pmfast.compiler import callbacks, entry, handover
-    from pmfast.passes import data_hoist
+    from pmfast.compiler import prefetch
 
     timings: dict[str, float] = {}
     cpu_timings: dict[str, float] = {}
 
     def timed(name):
         return _Timed(name, timings, stage, cpu_timings)
+
+    try:  # the model's linear algebra compiled on the idle core during the graph stage
+        fetch = prefetch.start(model)
+    except Exception:
+        fetch = None
+    try:
+        return _compile_stages(
+            model, mode, fetch, timings, cpu_timings, timed, passes=passes, initial_points=initial_points,
+            jitter_rvs=jitter_rvs, default_initialization_strategy=default_initialization_strategy,
+            var_names=var_names, freeze_model=freeze_model,
+        )
+    finally:
+        if fetch is not None:
+            cpu_timings["numba: prefetch"] = fetch.finish()
+
+
+def _compile_stages(
+    model, mode, fetch, timings, cpu_timings, timed, *, passes, initial_points, jitter_rvs,
+    default_initialization_strategy, var_names, freeze_model,
+) -> PmfastCompiledModel:
+    from pymc.initial_point import make_initial_point_fn
+    from pymc.model.transform.optimization import freeze_dims_and_data
+
+    from pmfast.compiler import callbacks, entry, handover
+    from pmfast.passes import data_hoist
 
     with timed("initial point"):
         if freeze_model:
@@ -316,6 +337,8 @@ def _compile_numba(
     def compile_logp():
         entries["logp"] = logp.compile()
 
+    if fetch is not None:
+        fetch.stop()  # the child ends after the compile it is in
     with timed("numba: logp+grad kernel") as t:
         worker = handover.share(handover.jobs(logp, expand) if logp.parts else handover.jobs(expand), None if logp.parts else compile_logp)
         try:

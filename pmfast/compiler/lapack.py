@@ -272,3 +272,96 @@ def _(ary, result):
 @overload(is_fortran)
 def _(ary):
     return (lambda ary: True) if _typed_f(ary) else (lambda ary: False)
+
+
+# The same three as intrinsics (``PMFAST_LAPACK_INTRINSICS=0``: the overloads above). An overload's
+# implementation is a numba function of its own, compiled per argument types in every cold process
+# where a node function that calls it is typed (the destroying ops' node functions, inlined into an
+# entry: six lambdas, ~0.2-0.3 CPU s of bayesian_var_ireland's and bayesian_sem_workflow's main
+# process); an intrinsic is typed by a Python function and lowered in place (numba's ``.T``).
+
+
+def _transpose(context, builder, aryty, value):
+    """numba's lowering of ``ary.T`` for ``aryty`` (a borrowed view)."""
+    return context.get_getattr(aryty, "T")(context, builder, aryty, value, "T")
+
+
+def _borrowed(context, builder, ty, value):
+    from numba.core.imputils import impl_ret_borrowed
+
+    return impl_ret_borrowed(context, builder, ty, value)
+
+
+@intrinsic
+def fortran_t_native(typingctx, ary):
+    """:func:`fortran_t`."""
+    if not isinstance(ary, types.Array):
+        return None
+    if _typed_f(ary):
+        restype = typingctx.resolve_getattr(ary, "T")
+
+        def codegen(context, builder, sig, args):
+            return _transpose(context, builder, sig.args[0], args[0])
+
+        return restype(ary), codegen
+
+    def codegen(context, builder, sig, args):
+        return _borrowed(context, builder, sig.return_type, args[0])
+
+    return ary(ary), codegen
+
+
+@fortran_t_native.python
+def _(ary):
+    return fortran_t(ary)
+
+
+@intrinsic
+def from_fortran_t_native(typingctx, ary, result):
+    """:func:`from_fortran_t`."""
+    if not isinstance(ary, types.Array) or not isinstance(result, types.Array):
+        return None
+    if _typed_f(ary):
+        restype = typingctx.resolve_getattr(result, "T")
+
+        def codegen(context, builder, sig, args):
+            return _transpose(context, builder, sig.args[1], args[1])
+
+        return restype(ary, result), codegen
+
+    def codegen(context, builder, sig, args):
+        return _borrowed(context, builder, sig.return_type, args[1])
+
+    return result(ary, result), codegen
+
+
+@from_fortran_t_native.python
+def _(ary, result):
+    return from_fortran_t(ary, result)
+
+
+@intrinsic
+def is_fortran_native(typingctx, ary):
+    """:func:`is_fortran`."""
+    if not isinstance(ary, types.Array):
+        return None
+    flag = _typed_f(ary)
+
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.boolean, flag)
+
+    return types.boolean(ary), codegen
+
+
+@is_fortran_native.python
+def _(ary):
+    return is_fortran(ary)
+
+
+def layout_helpers() -> dict:
+    """The names linalg's node functions call for :func:`fortran_t`, :func:`from_fortran_t`, :func:`is_fortran`."""
+    import os
+
+    if os.environ.get("PMFAST_LAPACK_INTRINSICS", "1") == "0":
+        return {"_pm_ft": fortran_t, "_pm_back": from_fortran_t, "_pm_isf": is_fortran}
+    return {"_pm_ft": fortran_t_native, "_pm_back": from_fortran_t_native, "_pm_isf": is_fortran_native}

@@ -541,9 +541,10 @@ def _build(name: str, props: tuple, dtype: str):
     destroying = name in _DESTROYING and props[-1]
     src = (_DESTROYING[name] if destroying else _OPS[name][1]).format(*props)
     impl = _deferred(name, dtype)
-    env = {"__name__": __name__, "_pm_impl": impl or jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any,
-           "_pm_ft": lapack.fortran_t, "_pm_back": lapack.from_fortran_t, "_pm_isf": lapack.is_fortran}
-    key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, _SOURCE, src, dtype, arrays.VERSION, impl is not None)).encode()).hexdigest()
+    helpers = lapack.layout_helpers()
+    env = {"__name__": __name__, "_pm_impl": impl or jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any, **helpers}
+    native_helpers = helpers["_pm_ft"] is not lapack.fortran_t
+    key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, _SOURCE, src, dtype, arrays.VERSION, impl is not None, native_helpers)).encode()).hexdigest()
     fname = src.split("(")[0][4:]
     return numba_njit(compile_numba_function_src(src, fname, env, env)), key
 

@@ -44,7 +44,7 @@ behaves the same: same results, same exception type and message.
 
 ``Split`` and ``Join`` of vectors: :mod:`pmfast.compiler.split`, :mod:`pmfast.compiler.join`;
 ``CumOp``: :mod:`pmfast.compiler.cumop`; ``CAReduce`` over some axes: :mod:`pmfast.compiler.careduce`; ``AdvancedIncSubtensor`` with a constant index vector per
-axis: :mod:`pmfast.compiler.adv_inc`, ``AdvancedSubtensor`` with them: :mod:`pmfast.compiler.adv_sub`; ``ArgSortOp`` of a vector: :mod:`pmfast.compiler.sort`.
+axis: :mod:`pmfast.compiler.adv_inc`, ``AdvancedSubtensor`` with them: :mod:`pmfast.compiler.adv_sub`; ``ArgSortOp`` of a vector: :mod:`pmfast.compiler.sort`; ``Shape_i``, a matrix's ``ExtractDiag``: :mod:`pmfast.compiler.small_ops`.
 Dense linear algebra (``Cholesky``, ``SolveTriangular``, ``CholeskySolve``, ``LUFactor``, matrix ×
 matrix ``Dot``): :mod:`pmfast.compiler.linalg`.
 
@@ -557,6 +557,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import adv_sub
 
         return adv_sub.funcify(op, node)
+    if type(op).__name__ in ("Shape_i", "ExtractDiag"):
+        from pmfast.compiler import small_ops
+
+        return small_ops.funcify(op, node)
     if type(op) is ArgSortOp:
         from pmfast.compiler import sort
 

@@ -8,14 +8,43 @@ functions of their own). For a vector and a constant axis 0 or -1 the only slice
 itself, so the node function is ``np.argsort(X, kind)``: the same numba sort (quicksort or
 mergesort, as pytensor picks) of the same values, so the same indices, ties included. Other
 ArgSorts stay pytensor's.
+
+The ArgSort of a vector that is a permutation of ``0..n-1`` by construction (the output of
+``PivotToPermutations`` or of another vector ArgSort: pytensor's ``lu_solve(trans=True)`` argsorts
+its pivots' permutation) is that permutation's inverse, one scatter: no ties, so every sort gives
+those indices, and numba's quicksort (six functions, ~1 CPU s of bayesian_sem_workflow's cold
+compile) is not compiled. ``PMFAST_ARGSORT_PERM=0`` sorts as above.
 """
 
 from __future__ import annotations
 
 import hashlib
 
+import os
+
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
+
+_INVERSE_SRC = """def argsort(x, axis):
+    n = x.shape[0]
+    out = _pm_empty(n, _pm_i64)
+    for i in range(n):
+        out[x[i]] = i
+    return out
+"""
+
+
+def _is_permutation(x) -> bool:
+    """Whether vector ``x`` is, by the op that computes it, a permutation of ``0..len(x)-1``."""
+    from pytensor.tensor.slinalg import PivotToPermutations
+    from pytensor.tensor.sort import ArgSortOp
+
+    owner = x.owner
+    if owner is None or x.ndim != 1 or x.type.dtype != "int64":
+        return False
+    if type(owner.op) is PivotToPermutations:
+        return True
+    return type(owner.op) is ArgSortOp and owner.inputs[0].ndim == 1
 
 
 def funcify(op, node):
@@ -29,8 +58,15 @@ def funcify(op, node):
         return None
     if node.outputs[0].type.dtype != "int64" or op.kind not in ("quicksort", "mergesort"):
         return None
-    src = f"def argsort(x, axis):\n    return np.argsort(x, kind={op.kind!r})\n"
-    env = {"__name__": __name__, "np": __import__("numpy")}
+    import numpy as np
+
+    from pmfast.compiler import native
+
+    if os.environ.get("PMFAST_ARGSORT_PERM", "1") != "0" and _is_permutation(x):
+        src = _INVERSE_SRC
+    else:
+        src = f"def argsort(x, axis):\n    return np.argsort(x, kind={op.kind!r})\n"
+    env = {"__name__": __name__, "np": np, "_pm_empty": native.empty, "_pm_i64": np.int64}
     key = "pmfast_argsort_" + hashlib.sha256(repr((VERSION, src, x.type.dtype)).encode()).hexdigest()
     return numba_njit(compile_numba_function_src(src, "argsort", env, env)), key
 
