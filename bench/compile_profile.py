@@ -15,8 +15,10 @@ llvmlite FFI call holds it, so its time is the time spent inside LLVM), and
 prints exclusive seconds per function and phase: a callee compiled during its
 caller's type inference is charged to the callee.
 
-``--rewrites-only`` times the graph stages alone, without numba: building the
-raveled logp+gradient graph, then each top-level entry of the mode's rewrite
+``--rewrites-only`` times the graph stages alone, without numba: the initial point
+function and each step of building the raveled logp+gradient graph as the compile
+does (``graph: …``, summed as ``graph build``; pmfast's side without creation traces,
+as inside ``pmfast.compile``), then each top-level entry of the mode's rewrite
 sequence (pytensor's phases; pmfast's passes marked ``pmfast:``), so the
 rewrites' growth exponent can be measured on big graphs in seconds.
 """
@@ -219,16 +221,21 @@ def time_rewrites() -> list:
 
 
 def rewrites_worker(model_spec, side, passes):
-    """Seconds of the graph build and of each top-level rewrite of the mode's sequence (no numba)."""
+    """Seconds of the graph stages of a compile and of each top-level rewrite of the mode's sequence (no numba).
+
+    Built as ``pmfast.compile`` builds them (nutpie's ``_make_functions``): pmfast's side inside its
+    compile scope (compile-scoped patches, its garbage collector setting, no creation traces,
+    pmfast's trace shapes); stock's as
+    nutpie does. ``graph build`` sums the ``graph:`` steps; ``initial point`` is timed apart.
+    """
     from pytensor.compile import optdb
+    from pytensor.compile.function.pfunc import rebuild_collect_shared
     from pytensor.compile.function.types import std_fgraph
     from pytensor.compile.io import In, Out
-    from pytensor.compile.sharedvalue import SharedVariable
-    from pytensor.graph.traversal import graph_inputs
 
     import pmfast
-    from pmfast.compiler import patching
-    from pmfast.frontend import logp_dlogp_graph
+    from pmfast import nutpie_glue
+    from pmfast.compiler import collector, patching
     from pmfast.loading import load_model
 
     model, _ = load_model(model_spec)
@@ -236,30 +243,77 @@ def rewrites_worker(model_spec, side, passes):
         from pmfast import compiler
 
         compiler.setup()
-    c0 = time.process_time()
-    with patching.compiling() if side != "stock" else contextlib.nullcontext():
-        joined, logp, grad, _, _ = logp_dlogp_graph(model)
-    timings = {"graph build": time.process_time() - c0}
-    mode = pmfast.get_mode("none" if side == "stock" else passes)
-    ours = {getattr(r, "name", None) for r in optdb.__db__.get("pmfast", ())}
-    with patching.compiling():
-        shared = [v for v in graph_inputs([logp, grad]) if isinstance(v, SharedVariable)]
-        fgraph, _ = std_fgraph([In(joined), *map(In, shared)], [Out(logp), Out(grad)])
-        rewriter = mode.optimizer
-        rewriter.add_requirements(fgraph)
-        for r in rewriter.data:
-            name = getattr(r, "name", None) or type(r).__name__
-            t0 = time.process_time()
-            r.apply(fgraph)
-            key = ("pmfast:" if name in ours else "") + name
-            timings[key] = timings.get(key, 0.0) + time.process_time() - t0
-    rewrites = sum(v for k, v in timings.items() if k != "graph build")
+        nutpie_glue._install_trace_shapes()
+    timings = {}
+    scope = contextlib.ExitStack()
+    if side != "stock":
+        for cm in (patching.compiling(), collector.relaxed(), nutpie_glue._python_vm(), nutpie_glue._creation_traces()):
+            scope.enter_context(cm)
+    with scope:
+        joined, logp, grad = build_graphs(model, timings)
+        mode = pmfast.get_mode("none" if side == "stock" else passes)
+        ours = {getattr(r, "name", None) for r in optdb.__db__.get("pmfast", ())}
+        with patching.compiling():
+            c0 = time.process_time()
+            ins, outs, (_, _, _, shared) = rebuild_collect_shared([logp, grad], [joined], rebuild_strict=True)
+            fgraph, _ = std_fgraph([*map(In, ins), *map(In, shared)], [*map(Out, outs)])
+            timings["graph: function graph"] = time.process_time() - c0
+            rewriter = mode.optimizer
+            rewriter.add_requirements(fgraph)
+            for r in rewriter.data:
+                name = getattr(r, "name", None) or type(r).__name__
+                t0 = time.process_time()
+                r.apply(fgraph)
+                key = ("pmfast:" if name in ours else "") + name
+                timings[key] = timings.get(key, 0.0) + time.process_time() - t0
+    timings["graph build"] = sum(v for k, v in timings.items() if k.startswith("graph:"))
+    rewrites = sum(v for k, v in timings.items() if not k.startswith(("graph", "initial point")))
     pm_s = sum(v for k, v in timings.items() if k.startswith("pmfast:"))
     return {
         "wall": rewrites, "cpu": rewrites, "timings": timings, "rewrites": rewrites, "pmfast_passes": pm_s,
         "nodes": logp_nodes(model), "rewritten_nodes": len(fgraph.apply_nodes),
         "by_phase": {}, "llvm_steps": {}, "llvm_total": 0.0, "peak_rss_mb": _peak_rss(),
     }
+
+
+def build_graphs(model, timings: dict):
+    """The initial point function, then the raveled logp and gradient graphs as nutpie's ``_make_functions``
+    builds them, each step's CPU seconds into ``timings`` (``initial point``, ``graph: …``)."""
+    import pytensor
+    import pytensor.tensor as pt
+    from math import prod
+    from nutpie import compile_pymc as np_compile
+    from pymc.initial_point import make_initial_point_fn
+
+    @contextlib.contextmanager
+    def step(name):
+        t0 = time.process_time()
+        yield
+        timings[name] = timings.get(name, 0.0) + time.process_time() - t0
+
+    with step("initial point"):
+        make_initial_point_fn(model=model, jitter_rvs=set(model.free_RVs), return_transformed=True)
+    with step("graph: shapes"):
+        shapes = np_compile._compute_shapes(model)
+    value_vars = [model.rvs_to_values[rv] for rv in model.free_RVs]
+    with step("graph: model.logp"):
+        logp = model.logp()
+    with step("graph: logp rewrite"):
+        rewrites = ["canonicalize", "stabilize"] + ([] if model.check_bounds else ["local_remove_check_parameter"])
+        logp = pytensor.graph.rewrite_graph(logp, include=rewrites)
+    with step("graph: grad"):
+        grads = pytensor.gradient.grad(logp, value_vars)
+        grad = pt.concatenate([pt.as_tensor(g, allow_xtensor_conversion=True).ravel() for g in grads])
+    with step("graph: clone_replace"):
+        sizes = [prod(shapes[v.name]) for v in value_vars]
+        joined = pt.TensorType("float64", shape=(sum(sizes),))(name="_unconstrained_point")
+        offsets = [sum(sizes[:i]) for i in range(len(sizes) + 1)]
+        replacements = {
+            v: joined[slice(offsets[i], offsets[i + 1])].reshape(shapes[v.name]).astype(rv.dtype)
+            for i, (rv, v) in enumerate(zip(model.free_RVs, value_vars))
+        }
+        logp, grad = pytensor.clone_replace([logp, grad], replacements)
+    return joined, logp, grad
 
 
 def _peak_rss() -> float:

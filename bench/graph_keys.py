@@ -1,6 +1,7 @@
 """Did a change to compile time change what is compiled? The zoo's rewritten graphs, sources and keys, before and after.
 
     python bench/graph_keys.py [MODEL ...] > after.jsonl        (one line per model; nothing compiled by numba)
+        (MODEL: a zoo name at the tests' sizes, a spec ``name:key=val`` or a model file ``DIR/models/NAME.py``)
     python bench/graph_keys.py --compare before*.jsonl -- after*.jsonl
 
 For each model, ``pmfast.compile`` runs up to the entries (graphs, rewrites, node
@@ -78,7 +79,12 @@ def record(names) -> None:
     for name in names or list(models.ZOO):
         got.clear()
         try:
-            pmfast.compile(models.load(name)(**sizes.get(name, {})))
+            if ":" in name or "/" in name:  # a size spec or a model file (e.g. a catalogue model)
+                from pmfast.loading import load_model
+
+                pmfast.compile(load_model(name)[0])
+            else:
+                pmfast.compile(models.load(name)(**sizes.get(name, {})))
         except _Stop:
             pass
         print(name, json.dumps(got), flush=True)

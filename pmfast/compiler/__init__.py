@@ -58,10 +58,12 @@ def setup() -> None:
     static_shapes.install()
     determinism.install()
     symbols.install()
-    from pmfast import destroy_cycles, shape_lengths
+    from pmfast import c_support, destroy_cycles, fg_import, shape_lengths
 
     shape_lengths.install()
     destroy_cycles.install()
+    fg_import.install()
+    c_support.install()
 
 
 @contextlib.contextmanager

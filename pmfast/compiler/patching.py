@@ -268,6 +268,20 @@ PATCHES: tuple[Patch, ...] = (
         ("tests/graph/test_destroyhandler.py", "tests/tensor/rewriting/test_basic.py"),
     ),
     Patch(
+        "pytensor.graph.fg:toposort",
+        "pmfast.fg_import",
+        "FunctionGraph.import_node's walk over the new nodes reads the graph's variable set in place instead of copying it at every import (the same nodes in the same order; PMFAST_FG_IMPORT=0)",
+        "compile",
+        ("tests/graph/test_fg.py", "tests/tensor/rewriting/test_basic.py"),
+    ),
+    Patch(
+        "pytensor.scalar.basic:ScalarOp.supports_c_code",
+        "pmfast.c_support",
+        "elemwise fusion's question whether a scalar op has C code answered once per op object, input dtypes, input aliasing and output count, not once per node and pass (hier_var 8 groups: 6,049 questions; PMFAST_C_SUPPORT_MEMO=0)",
+        "compile",
+        ("tests/tensor/rewriting/test_elemwise.py", "tests/scalar/test_basic.py"),
+    ),
+    Patch(
         "pytensor.config:traceback__limit",
         "pmfast.nutpie_glue",
         "no creation traces for the graphs pymc and nutpie build inside pmfast.compile (a limit the user set is kept)",
