@@ -170,3 +170,59 @@ def test_eligibility_memo_same_graph(monkeypatch):
     (calls_memo, nodes_memo), (calls_plain, _) = counts
     assert calls_memo == nodes_memo, "with the memo, each node's eligibility is computed once"
     assert calls_plain > calls_memo, "without it, again at every search"
+
+
+@settings(max_examples=30, deadline=None, derandomize=True)
+@given(st.lists(st.tuples(st.integers(0, 2**10), st.integers(0, 2**10), st.sampled_from(["add", "mul", "exp"])), min_size=1, max_size=25))
+def test_bounded_path_search_matches_ancestors(steps):
+    """``_depends`` (the walk up from ``b`` that stops above ``a``) answers as a search of all of ``b``'s ancestors."""
+    from pytensor.graph.fg import FunctionGraph
+    from pytensor.graph.traversal import ancestors
+
+    values = [pt.vector(f"v{i}") for i in range(3)]
+    ins = list(values)
+    for i, j, op in steps:
+        a, b = values[i % len(values)], values[j % len(values)]
+        values.append(pt.exp(a) if op == "exp" else (a + b if op == "add" else a * b))
+    fg = FunctionGraph(ins, values[3:], clone=False)
+    order = fg.toposort()
+    rank = {n: k for k, n in enumerate(order)}
+    for i, a in enumerate(order):
+        for b in order[i + 1 :]:
+            assert sf._depends(b, a, rank) == bool(set(a.outputs) & set(ancestors(b.inputs)))
+
+
+def _many_siblings(n_terms):
+    """Gathers through two index vectors and full sums: siblings that merge in several rounds, and some that can't."""
+    x, y = pt.vector("x"), pt.vector("y")
+    idx, idx2 = pt.vector("idx", dtype="int64"), pt.vector("idx2", dtype="int64")
+    a = pt.vector("a")
+    funcs = (pt.exp, pt.sin, pt.cos, pt.log1p, pt.tanh)
+    outs = []
+    for k in range(n_terms):
+        g = (x if k % 3 else y)[idx if k % 4 else idx2]
+        term = funcs[k % len(funcs)](g * (k + 1.0))
+        outs.append(pt.sum(term * a) if k % 4 else pt.sum(term))
+    s = pt.sum(outs)
+    return [x, y, idx, idx2, a], [*outs, *pytensor.grad(s, [x, y])]
+
+
+def test_search_memo_same_graph(monkeypatch):
+    """The searches' memo (PMFAST_SIBLING_INCREMENTAL) merges the same pairs in the same order, and saves work."""
+    from pytensor.compile.mode import Mode
+
+    calls = []
+    real = sf._loop_candidate
+    monkeypatch.setattr(sf, "_loop_candidate", lambda *a: calls.append(a[1]) or real(*a))
+    texts, counts = [], []
+    for flag in ("1", "0"):
+        monkeypatch.setenv("PMFAST_SIBLING_INCREMENTAL", flag)
+        calls.clear()
+        ins, outs = _many_siblings(14)
+        mode = get_mode(["indexed_elemwise"])
+        fn = pytensor.function(ins, outs, mode=Mode(linker="py", optimizer=mode.provided_optimizer), on_unused_input="ignore")
+        texts.append(pytensor.printing.debugprint(fn, file="str", print_type=True, id_type=""))
+        counts.append(len(calls))
+    assert texts[0] == texts[1]
+    assert "IndexedElemwise" in texts[0] or "Composite" in texts[0]
+    assert counts[0] < counts[1] / 2, counts

@@ -35,6 +35,7 @@ import os
 
 import numpy as np
 from pytensor.graph.basic import Apply
+from pytensor.graph.features import Feature
 from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar.basic import Composite, get_scalar_type, identity
@@ -192,34 +193,49 @@ class SiblingFusion(PassRewriter):
     def apply(self, fgraph):
         merges, declined = 0, set()
         eligible = {} if _memo_enabled() else None
-        while merges < self.max_merges:
-            try:
-                pair = self._find_pair(fgraph, declined, eligible)
-            except Exception:
-                _log.debug("%s: pair search stopped", self.reason, exc_info=True)
-                break
-            if pair is None:
-                break
-            a, b = pair
-            build = lambda: list(zip([*a.outputs, *b.outputs], merge_siblings(a, b).outputs, strict=True))  # noqa: E731
-            if self.attempt(fgraph, build, pair):
-                merges += 1
-            else:
-                declined.add(pair)
+        memo = _SearchMemo() if _incremental_enabled() else None
+        if memo is not None:
+            fgraph.attach_feature(memo)
+        try:
+            while merges < self.max_merges:
+                try:
+                    pair = self._find_pair(fgraph, declined, eligible, memo)
+                except Exception:
+                    _log.debug("%s: pair search stopped", self.reason, exc_info=True)
+                    break
+                if pair is None:
+                    break
+                a, b = pair
+                build = lambda: list(zip([*a.outputs, *b.outputs], merge_siblings(a, b).outputs, strict=True))  # noqa: E731
+                if self.attempt(fgraph, build, pair):
+                    merges += 1
+                else:
+                    declined.add(pair)
+        finally:
+            if memo is not None:
+                fgraph.remove_feature(memo)
 
     @staticmethod
-    def _find_pair(fgraph, declined, eligible=None):
+    def _find_pair(fgraph, declined, eligible=None, memo=None):
         """The first pair ``(a, b)`` in toposort order (``a`` first) that may merge, or None.
 
         Only pairs that share data can merge, so each ``a`` is paired with the later nodes that
         share one of its data keys (:func:`_data_keys`), in toposort order: the same first pair
         as trying every later node. A pair found dependent (a path from ``a`` to ``b``) stays
         dependent as pairs merge (merging never removes a path), so it joins ``declined``.
-        ``eligible`` memoises :func:`_eligible` per node across searches (the pass's dict).
+        ``eligible`` memoises :func:`_eligible` per node across searches (the pass's dict);
+        ``memo`` (a :class:`_SearchMemo`) each node's candidacy and data keys, and the path
+        search walks up from ``b`` only through nodes after ``a`` in the toposort.
         """
-        nodes = [n for n in fgraph.toposort() if _loop_candidate(fgraph, n, eligible)]
+        order = fgraph.toposort()
+        if memo is None:
+            nodes = [n for n in order if _loop_candidate(fgraph, n, eligible)]
+            keys = {n: _data_keys(n) for n in nodes}
+        else:
+            nodes = [n for n in order if memo.candidate(fgraph, n, eligible)]
+            keys = {n: memo.keys(n) for n in nodes}
         pos = {n: k for k, n in enumerate(nodes)}
-        keys = {n: _data_keys(n) for n in nodes}
+        rank = None if memo is None else {n: k for k, n in enumerate(order)}
         sharing: dict = {}
         for n in nodes:
             for key in keys[n]:
@@ -236,11 +252,87 @@ class SiblingFusion(PassRewriter):
                 if len(a.outputs) + len(b.outputs) > MAX_INPUTS:
                     continue
                 # b comes after a in the toposort: only b can depend on a
-                if set(a.outputs) & set(ancestors(b.inputs)):
+                if _depends(b, a, rank) if rank is not None else set(a.outputs) & set(ancestors(b.inputs)):
                     declined.add((a, b))
                     continue
                 return a, b
         return None
+
+
+def _incremental_enabled() -> bool:
+    return os.environ.get("PMFAST_SIBLING_INCREMENTAL", "1") != "0"
+
+
+def _depends(b, a, rank) -> bool:
+    """Is there a path from ``a`` to ``b`` (``rank``: every node's toposort position, ``a`` before ``b``)?
+
+    Every node on such a path sits between ``a`` and ``b`` in the toposort, so the walk up from
+    ``b``'s inputs stops at nodes ranked before ``a``: the same answer as searching all of ``b``'s
+    ancestors for ``a``'s outputs, without visiting the graph above ``a``.
+    """
+    floor = rank[a]
+    stack = [v.owner for v in b.inputs if v.owner is not None]
+    seen = set()
+    while stack:
+        node = stack.pop()
+        if node is a:
+            return True
+        if node in seen or rank[node] < floor:
+            continue
+        seen.add(node)
+        stack.extend(v.owner for v in node.inputs if v.owner is not None)
+    return False
+
+
+class _SearchMemo(Feature):
+    """Each node's candidacy (:func:`_loop_candidate`) and data keys, kept across the pass's searches.
+
+    A node's answers read its inputs (their owners, for gathers), its outputs' clients and the
+    graph's outputs. Attached to the graph while the pass runs, the memo forgets a node whenever
+    one of those can have changed: its input was replaced (``on_change_input``; the owners of the
+    old and the new variable gain or lose a client, a graph output moves), or a client of one of
+    its outputs was imported or pruned. The searches then see what recomputing everything would.
+    ``PMFAST_SIBLING_INCREMENTAL=0``: recomputed at every search.
+    """
+
+    def __init__(self):
+        self._candidate: dict = {}
+        self._keys: dict = {}
+
+    def candidate(self, fgraph, node, eligible) -> bool:
+        ok = self._candidate.get(node)
+        if ok is None:
+            ok = self._candidate[node] = _loop_candidate(fgraph, node, eligible)
+        return ok
+
+    def keys(self, node) -> set:
+        keys = self._keys.get(node)
+        if keys is None:
+            keys = self._keys[node] = _data_keys(node)
+        return keys
+
+    def _forget(self, node) -> None:
+        self._candidate.pop(node, None)
+        self._keys.pop(node, None)
+
+    def _forget_producers(self, node) -> None:
+        self._forget(node)
+        for v in node.inputs:
+            if v.owner is not None:
+                self._forget(v.owner)
+
+    def on_import(self, fgraph, node, reason):
+        self._forget_producers(node)
+
+    def on_prune(self, fgraph, node, reason):
+        self._forget_producers(node)
+
+    def on_change_input(self, fgraph, node, i, r, new_r, reason=None):
+        if node != "output":
+            self._forget(node)
+        for v in (r, new_r):
+            if v.owner is not None:
+                self._forget(v.owner)
 
 
 def _data_keys(node) -> set:
