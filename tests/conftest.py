@@ -101,6 +101,38 @@ def assert_same_as_stock(stock, ours, args, rtol: float = 0.0):
             np.testing.assert_array_equal(g, w)
 
 
+def compiled_names(fn, *args) -> list[str]:
+    """Call ``fn(*args)``; the names of the numba functions compiled meanwhile, in order."""
+    from numba.core import event
+
+    names = []
+
+    class Names(event.Listener):
+        def on_start(self, ev):
+            d = ev.data["dispatcher"]
+            names.append(getattr(d, "__qualname__", None) or d.py_func.__qualname__)
+
+        def on_end(self, ev):
+            pass
+
+    with event.install_listener("numba:compile", Names()):
+        fn(*args)
+    return names
+
+
+def run_cold(script: str, cache_dir, **env) -> list[str]:
+    """Run ``script`` in a fresh Python with empty pytensor and numba caches under ``cache_dir``, pmfast's
+    parallel compile on, no fallback, and ``env`` set; the words of its last output line."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PMFAST_PARALLEL_COMPILE": "1", "NUMBA_CACHE_DIR": str(Path(cache_dir) / "numba"),
+           "PYTENSOR_FLAGS": f"base_compiledir={cache_dir}", "PMFAST_FALLBACK": "0", **env}
+    res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-3000:]
+    return res.stdout.strip().splitlines()[-1].split()
+
+
 @pytest.fixture(scope="session")
 def tiny_model_source():
     """Source of a two-parameter model file (``build_model``), for CLI and bench tests."""

@@ -3,7 +3,6 @@
 import numba
 import numpy as np
 import pytest
-from numba.core import event
 
 from pmfast.compiler import arrays
 
@@ -42,20 +41,6 @@ def _build(src, rewrite):
     return numba.njit(env["f"]), src
 
 
-class _Compiled(event.Listener):
-    """Names of the numba functions compiled while active."""
-
-    def __init__(self):
-        self.names = []
-
-    def on_start(self, ev):
-        d = ev.data["dispatcher"]
-        self.names.append(getattr(d, "__qualname__", None) or d.py_func.__qualname__)
-
-    def on_end(self, ev):
-        pass
-
-
 def test_same_values_types_and_aliasing():
     fast, src = _build(SRC, True)
     stock, _ = _build(SRC, False)
@@ -74,14 +59,12 @@ def test_same_values_types_and_aliasing():
 
 _GENERIC_PROBE = """
 import numpy as np, numba, sys
-from numba.core import event
 sys.path.insert(0, {tests!r})
-from test_compiler_arrays import SRC, _build, _Compiled
+from conftest import compiled_names
+from test_compiler_arrays import SRC, _build
 fn, _ = _build(SRC, {rewrite})
-listener = _Compiled()
-with event.install_listener("numba:compile", listener):
-    fn(np.arange(4.0), np.ones((2, 4))[:, ::2], 2, False, 1)
-print([n for n in listener.names if "<locals>" in n])
+names = compiled_names(fn, np.arange(4.0), np.ones((2, 4))[:, ::2], 2, False, 1)
+print([n for n in names if "<locals>" in n])
 """
 
 

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from conftest import run_cold
 
 import pmfast
 from pmfast.compiler import linalg, prefetch
@@ -101,13 +100,6 @@ print(hashlib.sha256(np.float64(logp).tobytes() + grad.tobytes()).hexdigest(), "
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_cold_compile_with_and_without_the_child(tmp_path):
-    out = {}
-    for flag in ("always", "0"):
-        cache = tmp_path / flag
-        env = {**os.environ, "PMFAST_PREFETCH": flag, "PMFAST_PARALLEL_COMPILE": "1", "NUMBA_CACHE_DIR": str(cache / "numba"),
-               "PYTENSOR_FLAGS": f"base_compiledir={cache}", "PMFAST_FALLBACK": "0"}
-        res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr[-3000:]
-        out[flag] = res.stdout.split()[-2:]
+    out = {flag: run_cold(SCRIPT, tmp_path / flag, PMFAST_PREFETCH=flag) for flag in ("always", "0")}
     assert out["always"][1] == "True" and out["0"][1] == "False"
     assert out["always"][0] == out["0"][0]

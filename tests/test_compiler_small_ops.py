@@ -5,31 +5,13 @@ import numpy as np
 import pytensor
 import pytensor.tensor as pt
 import pytest
-from numba.core import event
 from pytensor.tensor.basic import ExtractDiag
 from pytensor.tensor.shape import Shape_i
 
+from conftest import compiled_names
+
 import pmfast
 from pmfast.compiler import small_ops
-
-
-class _Names(event.Listener):
-    def __init__(self):
-        self.names = []
-
-    def on_start(self, ev):
-        d = ev.data["dispatcher"]
-        self.names.append(getattr(d, "__qualname__", None) or d.py_func.__qualname__)
-
-    def on_end(self, ev):
-        pass
-
-
-def _compiled_names(fn, *args):
-    listener = _Names()
-    with event.install_listener("numba:compile", listener):
-        fn(*args)
-    return listener.names
 
 
 @pytest.mark.parametrize("offset", [0, 1, -2, 5])
@@ -82,7 +64,7 @@ def test_shape_i_equal_stock_without_numpy_overloads():
     def call(x):  # node functions have no CPython wrapper
         return fn(x)
 
-    names = _compiled_names(call, np.zeros(4))
+    names = compiled_names(call, np.zeros(4))
     assert "shape_i" in names
     assert not [n for n in names if n.startswith(("np_shape", "np_asarray", "impl_np_array"))]  # pytensor's does
 
@@ -110,7 +92,7 @@ def test_lapack_layout_intrinsics_equal_overloads():
     base = rng.normal(size=(3, 4))
     for a in (base, np.asfortranarray(base), base[:, ::2]):
         r = np.ascontiguousarray(a.T) if lapack._fortran_only(a) else np.ascontiguousarray(a)
-        names = _compiled_names(native, a, r)
+        names = compiled_names(native, a, r)
         assert not [n for n in names if "lambda" in n]
         got, want = native(a, r), overloads(a, r)
         for g, w in zip(got[:2], want[:2], strict=True):

@@ -4,10 +4,9 @@ so a cold compile loads them instead of compiling them after its entry; the same
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import pytest
+from conftest import run_cold
 
 SCRIPT = """
 import hashlib, numpy as np, pmfast
@@ -25,14 +24,7 @@ print(hashlib.sha256(np.float64(logp).tobytes() + grad.tobytes()).hexdigest(), "
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork")
 def test_the_worker_compiles_the_callbacks(tmp_path):
-    out = {}
-    for flag in ("1", "0"):
-        cache = tmp_path / flag
-        env = {**os.environ, "PMFAST_WORKER_CALLBACKS": flag, "PMFAST_PARALLEL_COMPILE": "1", "NUMBA_CACHE_DIR": str(cache / "numba"),
-               "PYTENSOR_FLAGS": f"base_compiledir={cache}", "PMFAST_FALLBACK": "0"}
-        res = subprocess.run([sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr[-3000:]
-        out[flag] = res.stdout.split()[-3:]
+    out = {flag: run_cold(SCRIPT, tmp_path / flag, PMFAST_WORKER_CALLBACKS=flag) for flag in ("1", "0")}
     assert out["1"][1:] == ["worker", "cached"]
     assert out["0"][1:] == ["worker", "compiled"]
     assert out["1"][0] == out["0"][0]
