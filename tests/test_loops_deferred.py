@@ -18,7 +18,7 @@ from numba.core import types
 
 import pmfast.loops.dispatch as dispatch
 from pmfast.compiler import cache, parallel
-from pmfast.loops import deferred
+from pmfast.loops import deferred, worker
 from pmfast.loops.chunked import kernel_returns
 from pmfast.loops.op import IndexedElemwise
 from pmfast.loops.spec import ALL, ANY, INC, SET, STORE, SUM, Gather, IndexedLoop, Read, Write
@@ -128,7 +128,7 @@ def test_deferred_call_gives_the_direct_calls_values(w0, w1, direct):
 
 
 def _spy_forks(monkeypatch):
-    monkeypatch.setattr(deferred, "spare_core", lambda: True)  # fork whatever the machine's load
+    monkeypatch.setattr(worker, "spare_core", lambda: True)  # fork whatever the machine's load
     forks = []
     fork = parallel.fork
 
@@ -168,7 +168,7 @@ def test_two_argument_types_resolve_separately(monkeypatch):
     assert len(names) == 2 and names == {k.placeholder(sig) for sig in list(k.dispatcher.overloads)}
     if parallel.enabled():
         assert len([c for c in forks if c is not None]) == 1  # one worker for both
-    assert deferred._Worker.current is None
+    assert worker.Worker.current is None
 
 
 def test_without_fork_the_kernel_compiles_here(monkeypatch):
@@ -189,10 +189,10 @@ def test_a_failed_worker_leads_to_a_compile_here(monkeypatch):
         pytest.skip("no fork on this platform")
     monkeypatch.setattr(parallel, "enabled", lambda: True)  # earlier tests may leave threads running
 
-    def fail(r, w):
+    def fail(r, w, registry):
         raise RuntimeError("worker fails")
 
-    monkeypatch.setattr(deferred, "_serve", fail)
+    monkeypatch.setattr(worker, "_serve", fail)
     forks = _spy_forks(monkeypatch)
     k = _fresh_kernel()
 
@@ -334,11 +334,11 @@ def test_spare_core_reads_the_runnable_tasks(monkeypatch, tmp_path):
 
         return open_
 
-    monkeypatch.setattr(deferred.os, "sched_getaffinity", lambda pid: {0, 1})
+    monkeypatch.setattr(worker.os, "sched_getaffinity", lambda pid: {0, 1})
     monkeypatch.setattr(builtins, "open", fake(1))
-    assert deferred.spare_core()  # this process alone
+    assert worker.spare_core()  # this process alone
     monkeypatch.setattr(builtins, "open", fake(2))
-    assert not deferred.spare_core()  # another task busy on the other core
+    assert not worker.spare_core()  # another task busy on the other core
 
 
 def _zoo_model(name):
@@ -378,9 +378,11 @@ def test_every_zoo_kernel_returns_what_was_predicted(name):
         k += len(node.inputs)
         loop_fn = dispatch.numba_funcify_IndexedElemwise(node.op, node)[0]
         loop_fn.compile(tuple(numba.typeof(np.asarray(v)) for v in these))
-        kernel = loop_fn.py_func.__globals__["indexed_elemwise_loop_kernel"]
-        assert isinstance(kernel, deferred.Deferred)
-        assert all(c.signature.return_type == kernel.restype for c in kernel.dispatcher.overloads.values())
+        # the loop's kernel, or its blocks' kernels (pmfast.loops.blocks)
+        kernels = [v for v in loop_fn.py_func.__globals__.values() if isinstance(v, deferred.Deferred)]
+        assert kernels
+        for kernel in kernels:
+            assert all(c.signature.return_type == kernel.restype for c in kernel.dispatcher.overloads.values())
 
 
 def _handover_with(monkeypatch, busy: float, first):
@@ -395,10 +397,10 @@ def _handover_with(monkeypatch, busy: float, first):
     monkeypatch.setattr(parallel, "enabled", lambda: True)  # earlier tests may leave threads running
     forks = _spy_forks(monkeypatch)
     idle = numba.njit(lambda x: x)
-    worker = handover.share([handover.Job(1, idle, (types.float64,), lambda: time.sleep(busy))], first=first)
-    assert worker is not None and handover.sharing()
-    worker.finish()
-    assert not handover.sharing() and deferred._Worker.current is None
+    shared = handover.share([handover.Job(1, idle, (types.float64,), lambda: time.sleep(busy))], first=first)
+    assert shared is not None and handover.sharing()
+    shared.finish()
+    assert not handover.sharing() and worker.Worker.current is None
     return forks
 
 

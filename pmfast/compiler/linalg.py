@@ -511,7 +511,7 @@ def _deferred(name: str, dtype: str):
     ``_cholesky``, ~1.6 CPU s). Deferred, the entry's typing takes the predicted result type
     (:data:`_RESULT_NDIM`; checked against the compiled one at link time, a mismatch is an error),
     a forked worker compiles the implementation into numba's cache when a core is idle
-    (:func:`pmfast.loops.deferred.spare_core`), and the caller links the same cached code when its
+    (:func:`pmfast.loops.worker.spare_core`), and the caller links the same cached code when its
     library is finalised: the same machine code either way. ``PMFAST_DEFERRED_KERNELS=0`` calls it
     directly.
     """

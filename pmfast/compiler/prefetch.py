@@ -8,7 +8,7 @@ a compile of 0.5-1.3 CPU s, done during the numba stage by one of the two proces
 entries (bayesian_sem_workflow: six of them, ~3.5 CPU s; bayesian_var_ireland: four, ~2.9 s),
 while during the graph stage (pytensor's rewrites: 2-4 s, one process) the second core is idle.
 
-:func:`start` (at the beginning of ``pmfast.compile``, when a core is idle: ``deferred.spare_core``)
+:func:`start` (at the beginning of ``pmfast.compile``, when a core is idle: ``pmfast.loops.worker.spare_core``)
 looks for linear algebra in the model's random graph (a cheap walk); only if there is some does it
 fork a child, which builds the model's logp graph (pymc), maps its ops to the implementations the
 logp and gradient will call (:data:`FAMILIES`) and compiles those missing from numba's cache into it,
@@ -141,7 +141,7 @@ def start(model) -> Prefetch | None:
     """Fork the child compiling ``model``'s linear algebra, or None (nothing to do, off, no idle core)."""
     from pmfast.compiler import parallel
     from pmfast.compiler.pure import jit_off
-    from pmfast.loops import deferred
+    from pmfast.loops import worker
 
     if not enabled() or jit_off() or not parallel.enabled():
         return None
@@ -149,7 +149,7 @@ def start(model) -> Prefetch | None:
 
     if not config.numba__cache or not _may_need(model):
         return None
-    if os.environ.get("PMFAST_PREFETCH") != "always" and not deferred.spare_core():
+    if os.environ.get("PMFAST_PREFETCH") != "always" and not worker.spare_core():
         return None
     r, w = os.pipe()
     child = parallel.fork(lambda: _run(model, r, w))
