@@ -350,7 +350,7 @@ def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -
     from pytensor import config
 
     from pmfast import __version__
-    from pmfast.compiler import overloads
+    from pmfast.compiler import inline, overloads
     from pmfast.linker import compile_salt
 
     ident = (
@@ -367,6 +367,7 @@ def entry_key(spec: EntrySpec, src: str, graph_key: str | None, options: dict) -
         sorted(options.items()),
         lean_ir_enabled(),
         call_slots_enabled(),
+        *(("careduce_called",) if inline.careduce_called(spec.kind) else ()),
     )
     return "pmfast_entry_" + hashlib.sha256(repr(ident).encode()).hexdigest()
 
@@ -427,7 +428,7 @@ def _inline_plan(spec: EntrySpec, env: dict) -> tuple[str, ...]:
         call = getattr(ast.parse(stmt).body[0], "value", None)
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name):
             calls.append((call.func.id, op, env.get(call.func.id)))
-    return inline.plan(calls)
+    return inline.plan(calls, call_careduce=inline.careduce_called(spec.kind))
 
 
 def _called_names(spec: EntrySpec) -> set[str]:

@@ -210,13 +210,60 @@ def _take_requests(fd: int, buffer: bytearray, pending: list, block: bool) -> bo
         block = False
 
 
-def _work(r: int, req_r: int, req_w: int, todo: list[Job], outdir: str) -> None:
-    """The worker (in the child): deferred compiles this process was sent, then the next job from
-    pipe ``r`` (:func:`_drain`'s, one at a time); when the jobs are gone, requests until the parent
-    closes their pipe."""
+def early_linalg() -> list[tuple[str, str]]:
+    """The linear-algebra implementations (``(name, dtype)``) this compile's node functions call that
+    neither this process nor numba's cache holds: the worker compiles them before its first job.
+
+    This process needs each when it finalises the entry (or part) calling it. Requested as its call
+    is typed, it waited until the worker had finished the job it was in: bayesian_sem_workflow's main
+    process blocked ~4.8 s (load 5) on ``_solve_triangular2`` and ``_cholesky_grad``, which the worker
+    started only after a 4-CPU-s part. Compiled first, they are ready before any entry is finalised,
+    and the job pipe gives the worker's share of the parts to this process meanwhile.
+    ``PMFAST_WORKER_LINALG_FIRST=0``: none (requests as they come)."""
+    from pmfast.compiler import cache, linalg, prefetch
+
+    if os.environ.get("PMFAST_WORKER_LINALG_FIRST", "1") == "0":
+        return []
+    out = []
+    for name, dtype in linalg.used:
+        if name not in prefetch.SIGNATURES:
+            continue
+        fn = linalg.jitted(name)
+        if prefetch.argtypes(name, dtype) in fn.overloads or cache.has_index(fn):
+            continue
+        out.append((name, dtype))
+    return out
+
+
+def _compile_early(name: str, dtype: str) -> None:
+    """In the worker: compile implementation ``name`` for ``dtype`` into numba's cache, claimed as a
+    deferred compile where its calls are deferred (so this process waits for it instead of compiling
+    it again); an error is left to the process that needs it."""
+    from pmfast.compiler import linalg, prefetch
+    from pmfast.loops import deferred
+
+    argtypes = prefetch.argtypes(name, dtype)
+    impl = linalg._deferred(name, dtype) if name in linalg._RESULT_NDIM else None
+    t0 = time.process_time()
+    try:
+        if impl is not None:
+            deferred.serve(pickle.dumps((impl.key, argtypes)))
+        else:
+            linalg.jitted(name).compile(argtypes)
+    except Exception:
+        pass
+    log.debug("pmfast: the worker compiled %s (%s) first in %.2f CPU s", name, dtype, time.process_time() - t0)
+
+
+def _work(r: int, req_r: int, req_w: int, todo: list[Job], outdir: str, early=()) -> None:
+    """The worker (in the child): the linear algebra of :func:`early_linalg`, then deferred compiles
+    this process was sent, then the next job from pipe ``r`` (:func:`_drain`'s, one at a time); when
+    the jobs are gone, requests until the parent closes their pipe."""
     from pmfast.loops import deferred
 
     os.close(req_w)  # the parent's end: the pipe ends when the parent closes it
+    for name, dtype in early:
+        _compile_early(name, dtype)
     buffer, pending, jobs_left, more = bytearray(), [], True, True
     while True:
         if more:
@@ -329,7 +376,7 @@ def share(todo: list[Job], first=None) -> Shared | None:
     if outdir is not None and _claims is None:
         req_r, req_w = os.pipe()
         _claims, _parent = outdir, os.getpid()
-        child = parallel.fork(partial(_work, r, req_r, req_w, todo, outdir))
+        child = parallel.fork(partial(_work, r, req_r, req_w, todo, outdir, early_linalg()))
         os.close(req_r)
         if child is None:
             os.close(req_w)

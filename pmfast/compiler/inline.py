@@ -75,6 +75,10 @@ from collections.abc import Sequence
 #: Ops whose node functions are never inlined (see the module docstring).
 NEVER = frozenset({"Reshape", "Scan", "OpFromGraph", "IfElse", "Blockwise", "RandomVariable"})
 
+#: A partial reduction's node function (:mod:`pmfast.compiler.careduce`) called from at least this many
+#: statements of an entry is called, not inlined (:func:`careduce_called`).
+CAREDUCE_CALL_SITES = 2
+
 #: Most bytecode instructions (summed over call sites) an entry inlines; see :func:`plan`.
 BUDGET = 4000
 
@@ -166,6 +170,27 @@ def scalar_inline_version(dispatcher):
     return inline_version(dispatcher)
 
 
+def careduce_called(kind: str) -> bool:
+    """Whether an entry of ``kind`` calls a partial reduction it makes several calls of, instead of
+    inlining it (``PMFAST_CAREDUCE_CALL=0``: inlined as any node function; ``=all``: logp entries
+    too). Part of the entries' keys: it changes their code.
+
+    pmfast's ``careduce`` (two loop nests chosen at run time) weighs ~1,700-3,000 LLVM-instruction
+    units per inlined copy, typed, lowered and optimised again at every call site:
+    bayesian_var_ireland's expand entry inlined 4 copies of one (12,320 of its 24,630 units), its logp
+    entry 10 of two. Called, each source is compiled once (cached per machine: it depends on rank,
+    axes, scalar op and dtype only) and linked. Only the expand entry by default (called once per
+    draw): in the logp entry the calls cost bayesian_var_ireland's gradient 2-20% (three measurements,
+    median 8%) for ~3.5 CPU s less compile (one process, no worker)."""
+    mode = os.environ.get("PMFAST_CAREDUCE_CALL", "1")
+    return mode == "all" or (mode != "0" and kind == "expand")
+
+
+def _is_careduce(dispatcher) -> bool:
+    inner = inner_function(dispatcher)
+    return inner is not None and getattr(inner.py_func, "__module__", None) == "pmfast.compiler.careduce"
+
+
 def should_inline(op_name: str | None, dispatcher) -> bool:
     """Inline this node's function into the entry (see the module docstring)?"""
     if op_name is None or op_name in NEVER or os.environ.get("PMFAST_INLINE", "1") == "0":
@@ -185,7 +210,7 @@ def cost(dispatcher) -> int:
 
 
 def plan(
-    calls: Sequence[tuple[str, str | None, object]], budget: int | None = None, order: str | None = None
+    calls: Sequence[tuple[str, str | None, object]], budget: int | None = None, order: str | None = None, call_careduce: bool = False
 ) -> tuple[str, ...]:
     """The names to inline among an entry's ``calls`` (``(name, op, dispatcher)`` per statement, in order).
 
@@ -194,7 +219,8 @@ def plan(
     instructions (each function's instructions times its call sites); otherwise
     as ``order`` (default :data:`ORDER`) says: none, or candidates taken in that
     order (ties: first call first) while they fit in the budget. Depends on the
-    graph's code only.
+    graph's code only. ``call_careduce``: partial reductions called from several statements are
+    not candidates (:func:`careduce_called`).
     """
     budget = BUDGET if budget is None else budget
     order = ORDER if order is None else order
@@ -209,6 +235,8 @@ def plan(
             else:
                 refused.add(name)
     dispatchers = {name: d for name, _, d in calls}
+    if call_careduce:
+        sites = {k: n for k, n in sites.items() if n < CAREDUCE_CALL_SITES or not _is_careduce(dispatchers[k])}
     costs = {name: n * cost(dispatchers[name]) for name, n in sites.items()}
     if sum(costs.values()) <= budget:
         return tuple(sites)

@@ -459,6 +459,11 @@ _SHARED = ("_lu_general", "_c_matrix", "_c_copy2", "_f_copy2", "_c_copy1", "_che
 _jitted: dict = {}
 
 
+#: The ``(implementation, dtype)`` pairs node functions were built for in this process, in order: the
+#: handover worker compiles them before its first job (:func:`pmfast.compiler.handover.early_linalg`).
+used: dict[tuple[str, str], None] = {}
+
+
 def _source_hash() -> str:
     from pathlib import Path
 
@@ -541,6 +546,7 @@ def _build(name: str, props: tuple, dtype: str):
     destroying = name in _DESTROYING and props[-1]
     src = (_DESTROYING[name] if destroying else _OPS[name][1]).format(*props)
     impl = _deferred(name, dtype)
+    used.setdefault((name, dtype), None)
     helpers = lapack.layout_helpers()
     env = {"__name__": __name__, "_pm_impl": impl or jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any, **helpers}
     native_helpers = helpers["_pm_ft"] is not lapack.fortran_t
