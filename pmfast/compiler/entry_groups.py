@@ -61,6 +61,7 @@ class _Stmt:
     targets: tuple[str, ...]
     fn: str | None  # callee name (None: not a plain call, never grouped)
     args: tuple[str, ...]
+    unpack: bool = False  # ``a, = f()`` / ``a, b = f()``: the call returns a tuple
 
 
 @dataclass
@@ -91,7 +92,7 @@ def _parse(body, inputs, env) -> list[_Stmt]:
             if all(isinstance(n, ast.Name) for n in names) and isinstance(val, ast.Call) and isinstance(val.func, ast.Name) and not val.keywords:
                 args = _flat_args(val)
                 if args is not None and all(isinstance(a, ast.Name) for a in args):
-                    st = _Stmt(tuple(n.id for n in names), val.func.id, tuple(a.id for a in args))
+                    st = _Stmt(tuple(n.id for n in names), val.func.id, tuple(a.id for a in args), isinstance(tgt, ast.Tuple))
         out.append(st)
     return out
 
@@ -121,7 +122,7 @@ def find(stmts: list[_Stmt], env: dict, inputs) -> list[Group]:
     cls, depth = [], []
     for i, st in enumerate(stmts):
         key = _callee_key(env, st.fn) if st.fn else None
-        local.append((key, len(st.targets), len(st.args)) if key is not None else ("opaque", i))
+        local.append((key, len(st.targets), len(st.args), st.unpack) if key is not None else ("opaque", i))
         labels, d = [], 1
         for j, a in enumerate(st.args):
             users.setdefault(a, []).append((i, j))
@@ -268,7 +269,7 @@ def _verify(g: Group, stmts, env, inputs, produced: set, users: dict, live_out: 
         t = stmts[s0]
         for c in range(m):
             u = stmts[g.copies[c][p]]
-            if env.get(u.fn) is not env.get(t.fn) or len(u.targets) != len(t.targets) or len(u.args) != len(t.args):
+            if env.get(u.fn) is not env.get(t.fn) or u.unpack != t.unpack or len(u.targets) != len(t.targets) or len(u.args) != len(t.args):
                 return False
         args = []
         for j, a0 in enumerate(t.args):
@@ -301,7 +302,7 @@ def _verify(g: Group, stmts, env, inputs, produced: set, users: dict, live_out: 
                         pvals[c].append(vs[c])
             args.append(slot[vs])
         targets = ", ".join(f"v{p}_{k}" for k in range(len(t.targets)))
-        lines.append(f"{targets}{',' if len(t.targets) == 1 else ''} = {t.fn}({', '.join(args)})")
+        lines.append(f"{targets}{',' if t.unpack and len(t.targets) == 1 else ''} = {t.fn}({', '.join(args)})")
     out_pos: list[tuple[int, int]] = []
     seen = set()
     for copy in g.copies:
