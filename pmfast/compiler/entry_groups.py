@@ -21,7 +21,7 @@ is an argument of each copy.
 
 **Proof** (:func:`_verify`, :func:`_schedule`): every copy's statements map one to one onto the
 first copy's (the template), with the same callee objects and the same internal wiring; a value
-from outside is an argument (one per template name, the same value at every use in a copy), a
+from outside is an argument (one per distinct tuple of the copies' values), a
 global that differs between copies only if numba types it as an argument as it types the global
 (arrays are passed read-only views: a global array is typed read-only). The new statement order
 (each copy contiguous, in the template's order; everything else as before) must respect the data
@@ -36,7 +36,6 @@ statements repeats, or ``PMFAST_ENTRY_GROUPS=0``. The groups' keys are part of t
 from __future__ import annotations
 
 import ast
-import hashlib
 import heapq
 import os
 from dataclasses import dataclass
