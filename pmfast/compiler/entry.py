@@ -391,6 +391,8 @@ class PreparedEntry:
     """The entry's parts (:class:`pmfast.compiler.parts.Part`), compiled before it; () if compiled whole."""
     weight: int = 0
     """What it costs to compile, in :func:`pmfast.compiler.parts.weights`' units."""
+    grouped: bool = False
+    """Whether repeated statement groups are functions of their own (:mod:`pmfast.compiler.entry_groups`)."""
 
     def in_cache(self) -> bool:
         """Whether numba's cache has an index for this entry (the compile will most likely be a load)."""
@@ -407,9 +409,10 @@ class PreparedEntry:
                 part.compile()
             self.dispatcher.compile(sig)
         except Exception as err:
-            if not self.inlined:
+            if not (self.inlined or self.grouped):
                 raise
-            cache.log.warning("pmfast: compiling the %s entry with inlined node functions failed (%s); calling them", self.spec.kind, type(err).__name__)
+            what = "inlined node functions" if self.inlined else "statement groups"
+            cache.log.warning("pmfast: compiling the %s entry with %s failed (%s); without them", self.spec.kind, what, type(err).__name__)
             return self.fallback().compile()
         hit = cache.count(self.dispatcher, self.key)
         table = np.array([p.address() for p in self.parts], dtype=np.uint64) if self.parts else None
@@ -549,10 +552,11 @@ def contiguous_constants(env: dict) -> dict:
     return out
 
 
-def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
+def prepare_entry(spec: EntrySpec, fn, inline: bool = True, groups: bool = True) -> PreparedEntry:
     """The entry for ``spec`` as a numba dispatcher under its cache key; ``fn`` is the pytensor function it came from.
 
-    ``inline``: inline node functions that are not in the cache (:mod:`pmfast.compiler.inline`).
+    ``inline``: inline node functions that are not in the cache (:mod:`pmfast.compiler.inline`);
+    ``groups``: a big graph's repeated statement groups as functions (:mod:`pmfast.compiler.entry_groups`).
     """
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
@@ -584,13 +588,32 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
         prepared = parts.prepare(original, spec, fn, env, plan, options, sys.modules[__name__], w)
         if prepared is not None:
             return prepared
-    src = generate_source(spec, name)
     by_symbol = big and big_calls_enabled() and bool(_calls_by_symbol(spec, env))
     # the key covers the computation (the source calling every node function): whether some
     # of them are inlined into the compiled code doesn't change what it computes
     llvm = big_llvm_options() if big else {}
     key_options = {**options, "big": threshold, "calls": "symbol" if by_symbol else "linked", **llvm} if big else options
-    key = entry_key(spec, src, CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func), key_options)
+    graph_key = CACHED_SRC_FUNCTIONS.get(fn.vm.jit_fn.py_func)
+    grouped = None
+    if by_symbol and groups:
+        from pmfast.compiler import entry_groups
+
+        def jit_group(gsrc, gname, genv, gkey):
+            py = compile_numba_function_src(gsrc, gname, genv, genv)
+            cache.register(py, gkey)
+            gpipe = library.compiler(own_copies=True, inline_threshold=threshold, **llvm)
+            return numba_njit(
+                py, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=True, fastmath=entry_fastmath(),
+                pipeline_class=lean_ir.pipeline(gpipe) if lean_ir_enabled() else gpipe, **options,
+            )
+
+        grouped = entry_groups.plan(spec, env, fn, graph_key, key_options, jit_group)
+        if grouped is not None:
+            spec = replace(spec, body=grouped.body, ops=(), nodes=())
+            env.update(grouped.env)
+            key_options = {**key_options, "groups": grouped.keys}
+    src = generate_source(spec, name)
+    key = entry_key(spec, src, graph_key, key_options)
     inlined: tuple[str, ...] = ()
     if plan and not _index_exists(name, key):
         inlined = _inline_calls(spec, env, plan)
@@ -616,7 +639,8 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True) -> PreparedEntry:
         py_func, no_cpython_wrapper=True, no_cfunc_wrapper=True, cache=key is not None, fastmath=entry_fastmath(), **options
     )
     weight = sum(w)
-    return PreparedEntry(spec, src, key, dispatcher, inlined, lambda: prepare_entry(original, fn, inline=False), weight=weight)
+    fallback = lambda: prepare_entry(original, fn, inline=False, groups=grouped is None)  # noqa: E731
+    return PreparedEntry(spec, src, key, dispatcher, inlined, fallback, weight=weight, grouped=grouped is not None)
 
 
 def compile_entry(spec: EntrySpec, fn) -> Entry:

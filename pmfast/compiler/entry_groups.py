@@ -1,0 +1,464 @@
+"""Repeated groups of a big entry's statements: one numba function per distinct group, called per copy.
+
+A big graph's entry (:func:`pmfast.compiler.entry.prepare_entry`, the node functions called by
+symbol) is one straight line of node calls, and a hierarchical model's is mostly ``k`` copies of one
+per-group subgraph: hier_var (8 groups) has 1,198 statements, 998 of them in 8 (or 7) copies of three
+groups. numba types and lowers every statement, and LLVM optimises the result, per copy. Here the
+copies are found in the statement list and each distinct group becomes a function of its own
+(``_pm_group<n>``: the copy's statements in its schedule order, the values it reads from outside as
+arguments, those read outside as a returned tuple), compiled like the entry and called from it by
+symbol (:class:`pmfast.loops.deferred.Deferred`), once per copy.
+
+**Finding copies** (:func:`find`). Each statement ``t = f(a, b)`` gets a class: its callee (the
+node function's cache key), its arity and the classes of its arguments' producers (an entry input or
+a global counts by its kind only), so equal classes compute the same tree of node functions from
+different leaves. Seeds are the classes with several members, deepest first; from the seed's
+members (one per copy) a group grows backward (the producers of an argument, when each copy's is a
+distinct unclaimed statement with the same callee and output) and forward (the one consumer per
+copy in the same argument position). Fusion puts several groups' work into one wide node, whose
+outputs then feed the copies at different output positions: such a node is not part of a group, it
+is an argument of each copy.
+
+**Proof** (:func:`_verify`, :func:`_schedule`): every copy's statements map one to one onto the
+first copy's (the template), with the same callee objects and the same internal wiring; a value
+from outside is an argument (one per distinct tuple of the copies' values), a
+global that differs between copies only if numba types it as an argument as it types the global
+(arrays are passed read-only views: a global array is typed read-only). The new statement order
+(each copy contiguous, in the template's order; everything else as before) must respect the data
+dependencies and pytensor's destroy orderings (``fgraph.orderings()``: a value is read before an
+in-place op overwrites it); a group that makes that impossible is dropped. The same node functions
+run on the same values, so the results are the same bits.
+
+Declined (the entry as before, byte for byte) when no group of at least :data:`MIN_STATEMENTS`
+statements repeats, or ``PMFAST_ENTRY_GROUPS=0``. The groups' keys are part of the entry's key.
+"""
+
+from __future__ import annotations
+
+import ast
+import heapq
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+#: Bump whenever the generated group functions or the grouping change.
+GROUPS_VERSION = 1
+
+#: A group smaller than this (statements per copy) stays inline: its call glue would cost about
+#: what its statements do.
+MIN_STATEMENTS = 8
+
+
+def enabled() -> bool:
+    """``PMFAST_ENTRY_GROUPS=0`` turns the grouping off."""
+    return os.environ.get("PMFAST_ENTRY_GROUPS", "1") != "0"
+
+
+@dataclass
+class _Stmt:
+    targets: tuple[str, ...]
+    fn: str | None  # callee name (None: not a plain call, never grouped)
+    args: tuple[str, ...]
+    unpack: bool = False  # ``a, = f()`` / ``a, b = f()``: the call returns a tuple
+
+
+@dataclass
+class Group:
+    """One distinct group: ``copies[c][p]`` is the statement of copy ``c`` at template position ``p``."""
+
+    copies: list[list[int]]
+    params: list[list[str]] = None  # params[c]: the values copy c passes
+    param_names: list[str] = None  # the template's names for them
+    outputs: list[list[str]] = None  # outputs[c]: copy c's names of the returned values
+    output_names: list[str] = None
+    lines: list[str] = None  # the template's statements
+
+
+def _parse(body, inputs, env) -> list[_Stmt]:
+    from pmfast.compiler.entry import _flat_args
+
+    out = []
+    for s in body:
+        try:
+            node = ast.parse(s).body
+        except SyntaxError:
+            node = []
+        st = _Stmt((), None, ())
+        if len(node) == 1 and isinstance(node[0], ast.Assign) and len(node[0].targets) == 1:
+            tgt, val = node[0].targets[0], node[0].value
+            names = tgt.elts if isinstance(tgt, ast.Tuple) else [tgt]
+            if all(isinstance(n, ast.Name) for n in names) and isinstance(val, ast.Call) and isinstance(val.func, ast.Name) and not val.keywords:
+                args = _flat_args(val)
+                if args is not None and all(isinstance(a, ast.Name) for a in args):
+                    st = _Stmt(tuple(n.id for n in names), val.func.id, tuple(a.id for a in args), isinstance(tgt, ast.Tuple))
+        out.append(st)
+    return out
+
+
+def _callee_key(env, name):
+    """The identity of a called node function: a :class:`Deferred`'s key (calls by symbol only)."""
+    from pmfast.loops.deferred import Deferred
+
+    fn = env.get(name)
+    return fn.key if isinstance(fn, Deferred) and fn.restype is None else None
+
+
+def _leaf(env, name, inputs):
+    if name in inputs:
+        return ("in",)
+    v = env.get(name)
+    return ("g", type(v).__name__, str(getattr(v, "dtype", "")), getattr(v, "ndim", -1))
+
+
+def find(stmts: list[_Stmt], env: dict, inputs) -> list[Group]:
+    """The repeated groups of ``stmts`` (not yet verified), deepest seeds first."""
+    n = len(stmts)
+    prod: dict[str, tuple[int, int]] = {}
+    users: dict[str, list[tuple[int, int]]] = {}
+    local = []
+    intern: dict = {}
+    cls, depth = [], []
+    for i, st in enumerate(stmts):
+        key = _callee_key(env, st.fn) if st.fn else None
+        local.append((key, len(st.targets), len(st.args), st.unpack) if key is not None else ("opaque", i))
+        labels, d = [], 1
+        for j, a in enumerate(st.args):
+            users.setdefault(a, []).append((i, j))
+            if a in prod:
+                p, k = prod[a]
+                labels.append((cls[p], k))
+                d = max(d, depth[p] + 1)
+            else:
+                labels.append(_leaf(env, a, inputs))
+        cls.append(intern.setdefault((local[i], tuple(labels)), len(intern)))
+        depth.append(d)
+        for k, t in enumerate(st.targets):
+            prod[t] = (i, k)
+    members: dict[int, list[int]] = {}
+    for i, c in enumerate(cls):
+        members.setdefault(c, []).append(i)
+    seeds = sorted((c for c, m in members.items() if len(m) > 1 and local[m[0]][0] != "opaque"), key=lambda c: -depth[members[c][0]])
+    claim: dict[int, tuple[int, int]] = {}
+    groups: list[Group] = []
+    for c in seeds:
+        seed = [i for i in members[c] if i not in claim]
+        if len(seed) < 2:
+            continue
+        m, gid = len(seed), len(groups)
+        rows = [tuple(seed)]
+        for s in seed:
+            claim[s] = (gid, 0)
+        todo = [tuple(seed)]
+
+        def take(row):
+            for s in row:
+                claim[s] = (gid, len(rows))
+            rows.append(tuple(row))
+            todo.append(tuple(row))
+
+        while todo:
+            row = todo.pop()
+            for j in range(len(stmts[row[0]].args)):
+                ps = [prod.get(stmts[s].args[j]) for s in row]
+                if any(p is None for p in ps) or len({p[1] for p in ps}) > 1:
+                    continue
+                ps = [p[0] for p in ps]
+                if len(set(ps)) == m and len({local[p] for p in ps}) == 1 and local[ps[0]][0] != "opaque" and not any(p in claim for p in ps):
+                    take(ps)
+            for k in range(len(stmts[row[0]].targets)):
+                per_copy = []
+                for s in row:
+                    d: dict = {}
+                    for u, j in users.get(stmts[s].targets[k], ()):
+                        d.setdefault((local[u], j), []).append(u)
+                    per_copy.append(d)
+                for key in per_copy[0]:
+                    us = [d.get(key, ()) for d in per_copy]
+                    if any(len(u) != 1 for u in us):
+                        continue
+                    us = [u[0] for u in us]
+                    if len(set(us)) == m and key[0][0] != "opaque" and not any(u in claim for u in us):
+                        take(us)
+        order = sorted(range(len(rows)), key=lambda p: rows[p][0])  # template order: copy 0's schedule
+        groups.append(Group([[rows[p][c] for p in order] for c in range(m)]))
+        if len(rows) < MIN_STATEMENTS:
+            for row in rows:
+                for s in row:
+                    del claim[s]
+            groups[-1] = None
+    return [g for g in groups if g is not None]
+
+
+def _readonly(v):
+    if isinstance(v, np.ndarray) and v.flags.writeable:
+        v = v.view()
+        v.flags.writeable = False
+    return v
+
+
+def _same_typing(v) -> bool:
+    """Whether numba types ``v`` (an array: a read-only view of it) as an argument as it types it as a
+    global (an array: read-only)."""
+    from numba import typeof
+    from numba.core import types
+    from numba.core.typing.typeof import Purpose
+
+    try:
+        const = types.maybe_literal(v) or typeof(v, Purpose.constant)
+        arg = typeof(_readonly(v), Purpose.argument)
+    except Exception:
+        return False
+    if isinstance(const, types.Array):
+        const = const.copy(readonly=True)
+    return types.unliteral(const) == arg and isinstance(arg, (types.Array, types.Integer, types.Float, types.Boolean))
+
+
+def _split_stages(g: Group, stmts, preds) -> list[Group]:
+    """``g`` cut where a copy reads a value computed outside it from its own earlier statements (a wide
+    fused node taking every group's forward values and feeding their backward parts): each stage is
+    convex (no path leaves it and comes back), so it can run as one call."""
+    m = len(g.copies)
+    pos = [{s: p for p, s in enumerate(copy)} for copy in g.copies]
+    lb = [0] * len(g.copies[0])
+    first = min(min(copy) for copy in g.copies)
+    changed = True
+    while changed:
+        changed = False
+        for c in range(m):
+            reach: dict[int, int] = {}
+            for i in range(first, len(stmts)):
+                p = pos[c].get(i)
+                if p is None:
+                    r = max((reach.get(u, -1) for u in preds[i]), default=-1)
+                    if r >= 0:
+                        reach[i] = r
+                    continue
+                st = lb[p]
+                for u in preds[i]:
+                    if u in pos[c]:
+                        st = max(st, reach[u])
+                    elif reach.get(u, -1) >= 0:
+                        st = max(st, reach[u] + 1)
+                reach[i] = st
+                if st > lb[p]:
+                    lb[p], changed = st, True
+    out = []
+    for k in sorted(set(lb)):
+        keep = [p for p in range(len(lb)) if lb[p] == k]
+        out.append(Group([[copy[p] for p in keep] for copy in g.copies]))
+    return out
+
+
+def _verify(g: Group, stmts, env, inputs, produced: set, users: dict, live_out: set) -> bool:
+    """Check ``g``'s copies are isomorphic to its template and fill in its arguments and outputs.
+
+    A value from outside is one argument per distinct tuple of the copies' values (its name ``p<q>``);
+    the template's own values are named ``v<position>_<output>``."""
+    where = {s: (c, p) for c, copy in enumerate(g.copies) for p, s in enumerate(copy)}
+    prod = {}
+    for s in where:
+        for k, t in enumerate(stmts[s].targets):
+            prod[t] = (s, k)
+    tpl = g.copies[0]
+    m = len(g.copies)
+    slot: dict[tuple, str] = {}
+    lines, params, pvals = [], [], [[] for _ in range(m)]
+    for p, s0 in enumerate(tpl):
+        t = stmts[s0]
+        for c in range(m):
+            u = stmts[g.copies[c][p]]
+            if env.get(u.fn) is not env.get(t.fn) or u.unpack != t.unpack or len(u.targets) != len(t.targets) or len(u.args) != len(t.args):
+                return False
+        args = []
+        for j, a0 in enumerate(t.args):
+            inner0 = prod.get(a0)
+            inner0 = inner0 if inner0 is not None and where[inner0[0]][0] == 0 else None
+            vs = []
+            for c in range(m):
+                a = stmts[g.copies[c][p]].args[j]
+                inner = prod.get(a)
+                inner = inner if inner is not None and where[inner[0]][0] == c else None
+                if (inner0 is None) != (inner is None):
+                    return False
+                if inner0 is not None and (where[inner[0]][1] != where[inner0[0]][1] or inner[1] != inner0[1]):
+                    return False
+                vs.append(a)
+            if inner0 is not None:
+                args.append(f"v{where[inner0[0]][1]}_{inner0[1]}")
+                continue
+            vs = tuple(vs)
+            if vs not in slot:
+                is_global = [v not in inputs and v not in produced and v in env for v in vs]
+                if all(is_global) and len(set(vs)) == 1:
+                    slot[vs] = vs[0]  # the same global in every copy: left global
+                else:
+                    if any(glob and not _same_typing(env[v]) for v, glob in zip(vs, is_global)):
+                        return False
+                    slot[vs] = f"p{len(params)}"
+                    params.append(slot[vs])
+                    for c in range(m):
+                        pvals[c].append(vs[c])
+            args.append(slot[vs])
+        targets = ", ".join(f"v{p}_{k}" for k in range(len(t.targets)))
+        lines.append(f"{targets}{',' if t.unpack and len(t.targets) == 1 else ''} = {t.fn}({', '.join(args)})")
+    out_pos: list[tuple[int, int]] = []
+    seen = set()
+    for copy in g.copies:
+        mine = set(copy)
+        for p, s in enumerate(copy):
+            for k, t in enumerate(stmts[s].targets):
+                if (p, k) not in seen and (t in live_out or any(u not in mine for u, _ in users.get(t, ()))):
+                    seen.add((p, k))
+                    out_pos.append((p, k))
+    out_pos.sort()
+    g.param_names, g.params, g.lines = params, pvals, lines
+    g.output_names = [f"v{p}_{k}" for p, k in out_pos]
+    g.outputs = [[stmts[copy[p]].targets[k] for p, k in out_pos] for copy in g.copies]
+    return bool(out_pos)
+
+
+def _schedule(stmts, groups: list[Group], orderings: dict[int, list[int]]) -> list | None:
+    """The new statement order: units (a statement, or ``(g, c)``: copy c of group g), or None on a cycle."""
+    unit_of: dict[int, object] = {}
+    for gi, g in enumerate(groups):
+        for c, copy in enumerate(g.copies):
+            for p, s in enumerate(copy):
+                unit_of[s] = (gi, c)
+    # within a copy the template order must respect the destroy orderings
+    for after, before in orderings.items():
+        for b in before:
+            ua, ub = unit_of.get(after), unit_of.get(b)
+            if ua is not None and ua == ub:
+                gi, c = ua
+                copy = groups[gi].copies[c]
+                if copy.index(b) > copy.index(after):
+                    return None
+    prod = {}
+    for i, st in enumerate(stmts):
+        for t in st.targets:
+            prod[t] = i
+    units: dict[object, int] = {}  # unit -> first statement index
+    for i in range(len(stmts)):
+        u = unit_of.get(i, i)
+        units.setdefault(u, i)
+    deps: dict[object, set] = {u: set() for u in units}
+    for i, st in enumerate(stmts):
+        u = unit_of.get(i, i)
+        pre = [prod[a] for a in st.args if a in prod] + list(orderings.get(i, ()))
+        for p in pre:
+            v = unit_of.get(p, p)
+            if v != u:
+                deps[u].add(v)
+    waiting = {u: len(d) for u, d in deps.items()}
+    clients: dict[object, list] = {u: [] for u in units}
+    for u, d in deps.items():
+        for v in d:
+            clients[v].append(u)
+    heap = [(units[u], u) for u, w in waiting.items() if w == 0]
+    heapq.heapify(heap)
+    out = []
+    while heap:
+        _, u = heapq.heappop(heap)
+        out.append(u)
+        for w in clients[u]:
+            waiting[w] -= 1
+            if waiting[w] == 0:
+                heapq.heappush(heap, (units[w], w))
+    return out if len(out) == len(units) else None
+
+
+def _orderings(fn, nodes) -> dict[int, list[int]] | None:
+    """pytensor's extra orderings (destroy handler: readers before an in-place writer) as statement indices."""
+    try:
+        ords = fn.maker.fgraph.orderings()
+    except Exception:
+        return None
+    index = {n: i for i, n in enumerate(nodes)}
+    out = {}
+    for after, befores in ords.items():
+        a = index.get(after)
+        if a is not None:  # the gradient's dropped Join has no statement
+            out[a] = [index[b] for b in befores if b in index]
+    return out
+
+
+@dataclass
+class Plan:
+    """The grouped entry: its new ``body``, the globals to add (group callers, read-only views) and
+    the groups' keys (part of the entry's key)."""
+
+    body: tuple[str, ...]
+    env: dict
+    keys: tuple[str, ...]
+    groups: list[Group]
+    sources: tuple[str, ...]
+
+
+def plan(spec, env: dict, fn, graph_key, options: dict, jit) -> Plan | None:
+    """Group ``spec``'s repeated statements (see the module docstring), or None (the entry as it is).
+
+    ``env``: the entry's globals with the node functions as :class:`Deferred` callers; ``jit(src,
+    name, env, key)``: a dispatcher compiled as the entry is.
+    """
+    from pmfast.compiler.entry import entry_key
+    from pmfast.linker import chunk_source
+    from pmfast.loops.deferred import Deferred
+
+    if not enabled() or graph_key is None or not spec.nodes or len(spec.nodes) != len(spec.body):
+        return None
+    inputs = set(spec.inputs)
+    stmts = _parse(spec.body, inputs, env)
+    produced = [t for st in stmts for t in st.targets]
+    if len(set(produced)) != len(produced) or inputs & set(produced):
+        return None
+    produced = set(produced)
+    groups = find(stmts, env, inputs)
+    if not groups:
+        return None
+    users: dict = {}
+    for i, st in enumerate(stmts):
+        for j, a in enumerate(st.args):
+            users.setdefault(a, []).append((i, j))
+    live_out = set(spec.outputs) | {p for ps in spec.pieces if ps for p in ps}
+    orderings = _orderings(fn, spec.nodes)
+    if orderings is None:
+        return None
+    preds = [[] for _ in stmts]
+    prod = {t: i for i, st in enumerate(stmts) for t in st.targets}
+    for i, st in enumerate(stmts):
+        preds[i] = sorted({prod[a] for a in st.args if a in prod} | set(orderings.get(i, ())))
+    staged = [s for g in groups for s in _split_stages(g, stmts, preds) if len(s.copies[0]) >= MIN_STATEMENTS]
+    groups = [g for g in staged if _verify(g, stmts, env, inputs, produced, users, live_out)]
+    order = None
+    while groups:
+        order = _schedule(stmts, groups, orderings)
+        if order is not None:
+            break
+        groups.pop()
+    if not groups:
+        return None
+    new_env, keys, sources, calls = {}, [], [], {}
+    for gi, g in enumerate(groups):
+        name = f"_pm_group{gi}"
+        lines = [f"def {name}({', '.join(g.param_names)}):"]
+        lines += ["    " + line for line in g.lines]
+        lines.append(f"    return ({', '.join(g.output_names)},)")
+        src, _ = chunk_source("\n".join(lines) + "\n")
+        callees = tuple(env[stmts[s].fn].key for s in g.copies[0])
+        key = entry_key(spec, src, graph_key, {**options, "group": callees, "groups_version": GROUPS_VERSION})
+        key = "pmfast_group_" + key.removeprefix("pmfast_entry_")
+        genv = {**env, "__name__": __name__}
+        dispatcher = jit(src, name, genv, key)
+        new_env[name] = Deferred(dispatcher, key, None)
+        keys.append(key)
+        sources.append(src)
+        for c in range(len(g.copies)):
+            for v in g.params[c]:
+                if v not in inputs and v not in produced:
+                    new_env[v] = _readonly(env[v])
+            line = f"{', '.join(g.outputs[c])}, = {name}({', '.join(g.params[c])})"
+            calls[(gi, c)], _ = chunk_source(line)
+            calls[(gi, c)] = calls[(gi, c)].strip()
+    body = tuple(calls[u] if isinstance(u, tuple) else spec.body[u] for u in order)
+    return Plan(body, new_env, tuple(keys), groups, tuple(sources))
