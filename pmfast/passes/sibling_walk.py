@@ -105,6 +105,25 @@ def _move_before(nodes, target, rank) -> bool:
     return True
 
 
+def _stuck(node) -> bool:
+    """Does ``node``'s output have a static shape its own inputs contradict (an input was replaced by one
+    of a more precise type)? Then every merge changes its outputs' type (:func:`_same_static_shape`:
+    a length other than 1 stays in the union's broadcast), so it merges with nothing."""
+    out = node.outputs[0].type.shape
+    try:
+        dims = [broadcast_static_dim_lengths(d) for d in zip(*(i.type.shape for i in node.inputs), strict=True)]
+    except ValueError:
+        return True
+    return any(s is not None and s != 1 and s != o for s, o in zip(dims, out, strict=True))
+
+
+def _keys(node) -> set:
+    """``node``'s data keys, each with its output's static shape: nodes whose outputs differ in static
+    shape never merge (:func:`_same_static_shape`), so they are not offered to each other."""
+    shape = node.outputs[0].type.shape
+    return {(shape, key) for key in sf._data_keys(node)}
+
+
 def one_pass(rewriter, fgraph) -> int:
     """Merge siblings in one walk (see the module docstring); the number of merges."""
     stats = {"toposorts": 0, "pairs": 0, "steps": 0, "merges": 0, "moved": 0, "reranks": 0}
@@ -119,8 +138,8 @@ def one_pass(rewriter, fgraph) -> int:
 def _walk(rewriter, fgraph, stats) -> int:
     eligible: dict = {}
     rank = _rank_all(fgraph, stats)
-    anchors = [n for n in sorted(rank, key=rank.__getitem__) if sf._loop_candidate(fgraph, n, eligible)]
-    keys = {n: sf._data_keys(n) for n in anchors}
+    anchors = [n for n in sorted(rank, key=rank.__getitem__) if sf._loop_candidate(fgraph, n, eligible) and not _stuck(n)]
+    keys = {n: _keys(n) for n in anchors}
     sharing: dict = {}
     for n in anchors:
         for key in keys[n]:
@@ -167,7 +186,7 @@ def _walk(rewriter, fgraph, stats) -> int:
             if not _move_before(above, m, rank):
                 stats["reranks"] += 1
                 rank = _rank_all(fgraph, stats)
-            keys[m] = sf._data_keys(m)
+            keys[m] = _keys(m)
             for key in keys[m]:
                 sharing.setdefault(key, []).append(m)
             group = m
