@@ -153,7 +153,8 @@ def test_reduced_siblings_sharing_an_input_merge(data):
 
 
 def test_eligibility_memo_same_graph(monkeypatch):
-    """The pass's eligibility memo (PMFAST_SIBLING_MEMO) leaves the merged graph as it was, and is used."""
+    """The pass's eligibility memo (PMFAST_SIBLING_MEMO) leaves the merged graph as it was, and is used (restart search)."""
+    monkeypatch.setenv("PMFAST_SIBLING_ONEPASS", "0")
     seen = []
     real = sf._eligible
     monkeypatch.setattr(sf, "_eligible", lambda n: seen.append(n) or real(n))
@@ -208,7 +209,8 @@ def _many_siblings(n_terms):
 
 
 def test_search_memo_same_graph(monkeypatch):
-    """The searches' memo (PMFAST_SIBLING_INCREMENTAL) merges the same pairs in the same order, and saves work."""
+    """The searches' memo (PMFAST_SIBLING_INCREMENTAL) merges the same pairs in the same order, and saves work (restart search)."""
+    monkeypatch.setenv("PMFAST_SIBLING_ONEPASS", "0")
     from pytensor.compile.mode import Mode
 
     calls = []

@@ -191,6 +191,10 @@ class SiblingFusion(PassRewriter):
     max_merges = MAX_MERGES
 
     def apply(self, fgraph):
+        if _onepass_enabled():
+            from pmfast.passes.sibling_walk import one_pass
+
+            return one_pass(self, fgraph)
         merges, declined = 0, set()
         eligible = {} if _memo_enabled() else None
         memo = _SearchMemo() if _incremental_enabled() else None
@@ -257,6 +261,10 @@ class SiblingFusion(PassRewriter):
                     continue
                 return a, b
         return None
+
+
+def _onepass_enabled() -> bool:
+    return os.environ.get("PMFAST_SIBLING_ONEPASS", "1") != "0"
 
 
 def _incremental_enabled() -> bool:
