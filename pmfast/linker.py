@@ -132,6 +132,24 @@ def chunk_source(src: str) -> tuple[str, int]:
     return ast.unparse(tree), chunker.changed
 
 
+
+def call_args(call: ast.Call) -> list[ast.expr] | None:
+    """A call's positional arguments, also when :func:`chunk_source` chunked them (``f(*((a, b) + (c,)))``)."""
+    if not any(isinstance(a, ast.Starred) for a in call.args):
+        return list(call.args)
+    if len(call.args) != 1:
+        return None
+    out, todo = [], [call.args[0].value]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
+            todo += [e.right, e.left]
+        elif isinstance(e, ast.Tuple):
+            out += e.elts
+        else:
+            return None
+    return out
+
 class _State:
     def __init__(self):
         self.chunked = 0  # number of chunked sources so far in this conversion

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 import pmfast
 from conftest import big_graph_entries, compiled_names
 from pmfast.compiler import entry_groups
+from pmfast.compiler.entry import entry_key
 from pmfast.loops.deferred import Deferred
 
 # ---- the planner on synthetic statement lists, run as Python ----
@@ -113,7 +114,7 @@ def _plan(stmts, env):
         made[name] = src
         return numba.njit(scope[name])
 
-    return entry_groups.plan(_spec(stmts), env, _fn(), "graph-key", {}, jit), made
+    return entry_groups.plan(_spec(stmts), env, _fn(), "graph-key", {}, jit, entry_key), made
 
 
 @settings(max_examples=40, deadline=None)
@@ -197,7 +198,7 @@ def test_destroy_orderings_that_cross_copies_decline():
         made[name] = src
         return numba.njit(scope[name])
 
-    assert entry_groups.plan(_spec(stmts), env, fn, "graph-key", {}, jit) is None
+    assert entry_groups.plan(_spec(stmts), env, fn, "graph-key", {}, jit, entry_key) is None
 
 
 def test_switch_off(monkeypatch):

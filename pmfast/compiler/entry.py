@@ -150,24 +150,6 @@ def graph_function(jit_fn):
     return py_func
 
 
-def _flat_args(call: ast.Call) -> list[ast.expr] | None:
-    """A call's positional arguments, also when pmfast's linker chunked them (``f(*((a, b) + (c,)))``)."""
-    if not any(isinstance(a, ast.Starred) for a in call.args):
-        return list(call.args)
-    if len(call.args) != 1:
-        return None
-    out, todo = [], [call.args[0].value]
-    while todo:
-        e = todo.pop()
-        if isinstance(e, ast.BinOp) and isinstance(e.op, ast.Add):
-            todo += [e.right, e.left]
-        elif isinstance(e, ast.Tuple):
-            out += e.elts
-        else:
-            return None
-    return out
-
-
 def _join_pieces(fgraph, output, assign: ast.Assign) -> list[str] | None:
     """The pieces of ``output`` if it is an axis-0 Join of vectors read by nothing but the caller."""
     from pytensor.graph.basic import Constant
@@ -186,7 +168,9 @@ def _join_pieces(fgraph, output, assign: ast.Assign) -> list[str] | None:
         return None
     if not isinstance(assign.value, ast.Call):
         return None
-    args = _flat_args(assign.value)
+    from pmfast.linker import call_args
+
+    args = call_args(assign.value)
     if args is None or len(args) != len(node.inputs):
         return None
     return [ast.unparse(a) for a in args[1:]]
@@ -607,7 +591,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True, groups: bool = True)
                 pipeline_class=lean_ir.pipeline(gpipe) if lean_ir_enabled() else gpipe, **options,
             )
 
-        grouped = entry_groups.plan(spec, env, fn, graph_key, key_options, jit_group)
+        grouped = entry_groups.plan(spec, env, fn, graph_key, key_options, jit_group, entry_key)
         if grouped is not None:
             spec = replace(spec, body=grouped.body, ops=(), nodes=())
             env.update(grouped.env)

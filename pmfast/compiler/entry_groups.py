@@ -76,7 +76,7 @@ class Group:
 
 
 def _parse(body, inputs, env) -> list[_Stmt]:
-    from pmfast.compiler.entry import _flat_args
+    from pmfast.linker import call_args
 
     out = []
     for s in body:
@@ -89,7 +89,7 @@ def _parse(body, inputs, env) -> list[_Stmt]:
             tgt, val = node[0].targets[0], node[0].value
             names = tgt.elts if isinstance(tgt, ast.Tuple) else [tgt]
             if all(isinstance(n, ast.Name) for n in names) and isinstance(val, ast.Call) and isinstance(val.func, ast.Name) and not val.keywords:
-                args = _flat_args(val)
+                args = call_args(val)
                 if args is not None and all(isinstance(a, ast.Name) for a in args):
                     st = _Stmt(tuple(n.id for n in names), val.func.id, tuple(a.id for a in args), isinstance(tgt, ast.Tuple))
         out.append(st)
@@ -395,13 +395,13 @@ class Plan:
     sources: tuple[str, ...]
 
 
-def plan(spec, env: dict, fn, graph_key, options: dict, jit) -> Plan | None:
+def plan(spec, env: dict, fn, graph_key, options: dict, jit, entry_key) -> Plan | None:
     """Group ``spec``'s repeated statements (see the module docstring), or None (the entry as it is).
 
     ``env``: the entry's globals with the node functions as :class:`Deferred` callers; ``jit(src,
-    name, env, key)``: a dispatcher compiled as the entry is.
+    name, env, key)``: a dispatcher compiled as the entry is; ``entry_key``: the entry's key function
+    (:func:`pmfast.compiler.entry.entry_key`, passed in: the entry module imports this one).
     """
-    from pmfast.compiler.entry import entry_key
     from pmfast.linker import chunk_source
     from pmfast.loops.deferred import Deferred
 

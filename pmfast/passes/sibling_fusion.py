@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 
 import numpy as np
 from pytensor.graph.basic import Apply
@@ -43,6 +44,7 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import AdvancedSubtensor1
 
 from pmfast.passes.indexed_elemwise import _full_bool_reduction, _is_full_sum, indexed_elemwise_pass
+from pmfast.passes import sibling_walk
 from pmfast.passes.rewriting import PassRewriter
 
 _log = logging.getLogger(__name__)
@@ -192,9 +194,7 @@ class SiblingFusion(PassRewriter):
 
     def apply(self, fgraph):
         if _onepass_enabled():
-            from pmfast.passes.sibling_walk import one_pass
-
-            return one_pass(self, fgraph)
+            return sibling_walk.one_pass(self, fgraph, sys.modules[__name__])
         merges, declined = 0, set()
         eligible = {} if _memo_enabled() else None
         memo = _SearchMemo() if _incremental_enabled() else None

@@ -24,7 +24,6 @@ import logging
 
 from pytensor.tensor.utils import broadcast_static_dim_lengths
 
-from pmfast.passes import sibling_fusion as sf
 
 _log = logging.getLogger(__name__)
 
@@ -60,7 +59,7 @@ def _above(v, u, rank, stats):
     return list(seen)
 
 
-def _fits(fgraph, u, v, rank, stats):
+def _fits(sf, fgraph, u, v, rank, stats):
     """``v``'s ancestors after ``u`` if ``u`` (ranked first) and ``v`` may merge, else ``None``."""
     stats["pairs"] += 1
     if not sf._same_shape(fgraph, u, v):
@@ -117,29 +116,32 @@ def _stuck(node) -> bool:
     return any(s is not None and s != 1 and s != o for s, o in zip(dims, out, strict=True))
 
 
-def _keys(node) -> set:
+def _keys(sf, node) -> set:
     """``node``'s data keys, each with its output's static shape: nodes whose outputs differ in static
     shape never merge (:func:`_same_static_shape`), so they are not offered to each other."""
     shape = node.outputs[0].type.shape
     return {(shape, key) for key in sf._data_keys(node)}
 
 
-def one_pass(rewriter, fgraph) -> int:
-    """Merge siblings in one walk (see the module docstring); the number of merges."""
+def one_pass(rewriter, fgraph, sf) -> int:
+    """Merge siblings in one walk (see the module docstring); the number of merges.
+
+    ``sf``: :mod:`pmfast.passes.sibling_fusion`, whose matching rules (candidates, data keys,
+    shapes, widths, the merge) the walk applies; passed in, as that module calls this one."""
     stats = {"toposorts": 0, "pairs": 0, "steps": 0, "merges": 0, "moved": 0, "reranks": 0}
     rewriter.last_stats = stats
     try:
-        return _walk(rewriter, fgraph, stats)
+        return _walk(rewriter, fgraph, stats, sf)
     except Exception:
         _log.debug("%s: walk stopped", rewriter.reason, exc_info=True)
         return stats["merges"]
 
 
-def _walk(rewriter, fgraph, stats) -> int:
+def _walk(rewriter, fgraph, stats, sf) -> int:
     eligible: dict = {}
     rank = _rank_all(fgraph, stats)
     anchors = [n for n in sorted(rank, key=rank.__getitem__) if sf._loop_candidate(fgraph, n, eligible) and not _stuck(n)]
-    keys = {n: _keys(n) for n in anchors}
+    keys = {n: _keys(sf, n) for n in anchors}
     sharing: dict = {}
     for n in anchors:
         for key in keys[n]:
@@ -156,10 +158,10 @@ def _walk(rewriter, fgraph, stats) -> int:
                     continue
                 u, v = (group, b) if rank[group] < rank[b] else (b, group)
                 try:
-                    above = _fits(fgraph, u, v, rank, stats)
+                    above = _fits(sf, fgraph, u, v, rank, stats)
                 except _Stale:
                     rank = _rank_all(fgraph, stats)
-                    above = _fits(fgraph, u, v, rank, stats)
+                    above = _fits(sf, fgraph, u, v, rank, stats)
                 if above is None:
                     rejected.add(pair)
                     continue
@@ -186,7 +188,7 @@ def _walk(rewriter, fgraph, stats) -> int:
             if not _move_before(above, m, rank):
                 stats["reranks"] += 1
                 rank = _rank_all(fgraph, stats)
-            keys[m] = _keys(m)
+            keys[m] = _keys(sf, m)
             for key in keys[m]:
                 sharing.setdefault(key, []).append(m)
             group = m
