@@ -105,7 +105,7 @@ def _run(body, env, consts) -> float:
     return scope["run"]()
 
 
-def _plan(stmts, env):
+def _plan(stmts, env, fn=None):
     made = {}
 
     def jit(src, name, genv, key):
@@ -114,7 +114,7 @@ def _plan(stmts, env):
         made[name] = src
         return numba.njit(scope[name])
 
-    return entry_groups.plan(_spec(stmts), env, _fn(), "graph-key", {}, jit, entry_key), made
+    return entry_groups.plan(_spec(stmts), env, fn or _fn(), "graph-key", {}, jit, entry_key), made
 
 
 @settings(max_examples=40, deadline=None)
@@ -190,15 +190,7 @@ def test_destroy_orderings_that_cross_copies_decline():
     fn = _fn()
     # the shared sum (which reads both copies' last values) must precede copy 0's first statement
     fn.maker.fgraph.orderings = lambda: {first: [total]}
-    made = {}
-
-    def jit(src, name, genv, key):
-        scope = dict(genv)
-        exec(src, scope)
-        made[name] = src
-        return numba.njit(scope[name])
-
-    assert entry_groups.plan(_spec(stmts), env, fn, "graph-key", {}, jit, entry_key) is None
+    assert _plan(stmts, env, fn)[0] is None
 
 
 def test_switch_off(monkeypatch):
