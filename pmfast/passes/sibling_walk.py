@@ -79,12 +79,16 @@ def _same_static_shape(u, v) -> bool:
     If not, the replacement is declined for a type change anyway (``PassRewriter.attempt``):
     knowing it first saves building the merged Composite (its inner graph and its checks).
     """
-    inputs = dict.fromkeys((*u.inputs, *v.inputs))
+    shape = _broadcast_shape(dict.fromkeys((*u.inputs, *v.inputs)))
+    return shape is not None and all(o.type.shape == shape for o in (*u.outputs, *v.outputs))
+
+
+def _broadcast_shape(inputs) -> tuple | None:
+    """The static shape Elemwise gives its output from ``inputs``, or None if their static lengths clash."""
     try:
-        shape = tuple(broadcast_static_dim_lengths(d) for d in zip(*(i.type.shape for i in inputs), strict=True))
+        return tuple(broadcast_static_dim_lengths(d) for d in zip(*(i.type.shape for i in inputs), strict=True))
     except ValueError:
-        return False
-    return all(o.type.shape == shape for o in (*u.outputs, *v.outputs))
+        return None
 
 
 def _move_before(nodes, target, rank) -> bool:
@@ -108,12 +112,10 @@ def _stuck(node) -> bool:
     """Does ``node``'s output have a static shape its own inputs contradict (an input was replaced by one
     of a more precise type)? Then every merge changes its outputs' type (:func:`_same_static_shape`:
     a length other than 1 stays in the union's broadcast), so it merges with nothing."""
-    out = node.outputs[0].type.shape
-    try:
-        dims = [broadcast_static_dim_lengths(d) for d in zip(*(i.type.shape for i in node.inputs), strict=True)]
-    except ValueError:
+    dims = _broadcast_shape(node.inputs)
+    if dims is None:
         return True
-    return any(s is not None and s != 1 and s != o for s, o in zip(dims, out, strict=True))
+    return any(s is not None and s != 1 and s != o for s, o in zip(dims, node.outputs[0].type.shape, strict=True))
 
 
 def _keys(sf, node) -> set:
