@@ -66,12 +66,17 @@ _jitted: dict = {}
 used: dict[tuple[str, str], None] = {}
 
 
+def keyed_files() -> tuple[str, ...]:
+    """The files whose source is part of every key: the node functions' (here), the implementations'
+    and the LAPACK calls'."""
+    return (__file__, linalg_kernels.__file__, lapack.__file__)
+
+
 def _source_hash() -> str:
-    """Hash of the source of the node functions (here), the implementations and the LAPACK calls: part of every key."""
     from pathlib import Path
 
     h = hashlib.sha256()
-    for path in (__file__, linalg_kernels.__file__, lapack.__file__):
+    for path in keyed_files():
         h.update(Path(path).read_bytes())
     return h.hexdigest()[:16]
 
