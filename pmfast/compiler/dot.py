@@ -11,9 +11,9 @@ error for sizes that don't match; vector · vector is a loop. Matrix × matrix i
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
+
+from pmfast.compiler import generated
 
 #: Bump when the generated code changes (part of the cache key; 9 continues the count of
 #: ``pmfast.compiler.ops``, where this code was).
@@ -133,21 +133,12 @@ def dot(x, y):
 
 def _build(node):
     """``(numba function, key)`` of the :data:`_DOT_SOURCES` loop for ``node``."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import native
 
     src = _DOT_SOURCES[kind(node)].lstrip()
-    env = {
-        "__name__": __name__,
-        "_pm_empty": native.empty,
-        "_pm_f64": np.float64,
-        "_pm_gemv": native.blas_dgemv,
-        "_pm_ptr": native.data_pointer,
-    }
-    key = "pmfast_dot_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "dot", env, env)), key
+    env = {"_pm_empty": native.empty, "_pm_f64": np.float64, "_pm_gemv": native.blas_dgemv, "_pm_ptr": native.data_pointer}
+    return generated.build(__name__, "dot", src, env, "pmfast_dot_", (VERSION, src))
 
 
 def kind(node):

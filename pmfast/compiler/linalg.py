@@ -24,7 +24,7 @@ import hashlib
 
 import numpy as np
 
-from pmfast.compiler import arrays, cache, lapack, linalg_kernels
+from pmfast.compiler import arrays, cache, generated, lapack, linalg_kernels
 
 #: Bump when a node function or an implementation changes (part of the keys, with the source of
 #: this module, :mod:`pmfast.compiler.linalg_kernels` and :mod:`pmfast.compiler.lapack`).
@@ -151,19 +151,16 @@ def _deferred(name: str, dtype: str):
 
 def _build(name: str, props: tuple, dtype: str):
     """``(node function, key)``: the one-line call of :func:`jitted` ``name`` with ``props``."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     destroying = name in _DESTROYING and props[-1]
     src = (_DESTROYING[name] if destroying else _OPS[name]).format(*props)
     impl = _deferred(name, dtype)
     used.setdefault((name, dtype), None)
     helpers = lapack.layout_helpers()
-    env = {"__name__": __name__, "_pm_impl": impl or jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any, **helpers}
+    env = {"_pm_impl": impl or jitted(name), "_pm_b": np.bool_, "_pm_a": lapack.as_any, **helpers}
     native_helpers = helpers["_pm_ft"] is not lapack.fortran_t
-    key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, _SOURCE, src, dtype, arrays.VERSION, impl is not None, native_helpers)).encode()).hexdigest()
-    fname = src.split("(")[0][4:]
-    return numba_njit(compile_numba_function_src(src, fname, env, env)), key
+    key_parts = (VERSION, _SOURCE, src, dtype, arrays.VERSION, impl is not None, native_helpers)
+    return generated.build(__name__, src.split("(")[0][4:], src, env, f"pmfast_{name}_", key_parts)
 
 
 def _same_float(node) -> str | None:

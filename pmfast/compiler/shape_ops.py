@@ -15,11 +15,9 @@ pytensor's, without the numba generic code theirs compile in every new process.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
-from pmfast.compiler import raisers
+from pmfast.compiler import generated, raisers
 from pmfast.compiler.raisers import SpecifyShapeError  # noqa: F401  (raised by the jitted check)
 
 #: Bump when the generated code changes (part of the cache keys; 9 continues the count of
@@ -40,8 +38,6 @@ def _specify_shape_fail():
 
 def specify_shape(op, node):
     """``(numba function, key)`` of a ``SpecifyShape`` node: its checks, failing through :func:`_specify_shape_fail`."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
     from pytensor.tensor.type_other import NoneConst
 
     names = [f"shape_{i}" for i in range(len(node.inputs) - 1)]
@@ -51,24 +47,19 @@ def specify_shape(op, node):
         if inp is not NoneConst
     ]
     src = f"def specify_shape(x, {', '.join(names)}):\n" + "\n".join(checks) + "\n    return x\n"
-    key = "pmfast_specify_shape_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
-    env = {"_pm_shape_fail": _specify_shape_fail(), "_pm_i64": np.int64, "__name__": __name__}
-    fn = compile_numba_function_src(src, "specify_shape", env, env)
-    return numba_njit(fn), key
+    env = {"_pm_shape_fail": _specify_shape_fail(), "_pm_i64": np.int64}
+    return generated.build(__name__, "specify_shape", src, env, "pmfast_specify_shape_", (VERSION, src))
 
 
 def dimshuffle(op, node):
     """``(numba function, key)`` of a ``DimShuffle`` node: the view built by :func:`pmfast.compiler.native.dimshuffle`."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import native
 
     spec = native.dimshuffle_spec(op._new_order, op.drop)
     src = "def dimshuffle(x):\n    return _pm_dimshuffle(x, SPEC)\n"
-    env = {"__name__": __name__, "_pm_dimshuffle": native.dimshuffle, "SPEC": spec}
-    key = "pmfast_dimshuffle_" + hashlib.sha256(repr((VERSION, spec, op.input_ndim)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "dimshuffle", env, env)), key
+    env = {"_pm_dimshuffle": native.dimshuffle, "SPEC": spec}
+    return generated.build(__name__, "dimshuffle", src, env, "pmfast_dimshuffle_", (VERSION, spec, op.input_ndim))
 
 
 def _reshape_source(ndim: int) -> str:
@@ -116,12 +107,9 @@ def reshape(op, node):
     (:data:`pmfast.compiler.inline.NEVER`): its source depends on ``ndim`` only, so its cached
     code serves every model.
     """
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import arrays, native
 
     src = _reshape_source(op.ndim)
-    env = {"__name__": __name__, "_pm_ascontiguous1": arrays.ascontiguous1, "_pm_c_reshape": native.c_reshape}
-    key = "pmfast_reshape_" + hashlib.sha256(repr((VERSION, src, arrays.VERSION)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "reshape", env, env)), key
+    env = {"_pm_ascontiguous1": arrays.ascontiguous1, "_pm_c_reshape": native.c_reshape}
+    return generated.build(__name__, "reshape", src, env, "pmfast_reshape_", (VERSION, src, arrays.VERSION))

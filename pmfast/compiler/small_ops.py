@@ -22,8 +22,9 @@ functions of their own, compiled in every cold process next to the entry that in
 
 from __future__ import annotations
 
-import hashlib
 import os
+
+from pmfast.compiler import generated
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
@@ -91,12 +92,7 @@ def funcify(op, node):
 
 
 def _build(src: str, name: str, env: dict, extra) -> tuple:
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
-
-    env = {"__name__": __name__, **env}
-    key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, src, extra)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, name, env, env)), key
+    return generated.build(__name__, name, src, env, f"pmfast_{name}_", (VERSION, src, extra))
 
 
 def _shape_i(op, node):
@@ -135,8 +131,6 @@ def sum_all(op, node):
     :func:`pmfast.compiler.arrays.array1` (same flags: pytensor's ``numba_njit``).
     """
     import numpy as np
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import arrays
 
@@ -145,6 +139,5 @@ def sum_all(op, node):
     if node.inputs[0].ndim != len(axes) or np.dtype(node.outputs[0].type.dtype) != acc_dtype:
         return None
     src = "def impl_sum(array):\n    return _pm_array1(array.sum())\n"
-    env = {"__name__": __name__, "_pm_array1": arrays.array1}
-    key = "pmfast_sum_all_" + hashlib.sha256(repr((SUM_ALL_VERSION, src, arrays.VERSION, node.outputs[0].type.dtype)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "impl_sum", env, env)), key
+    key_parts = (SUM_ALL_VERSION, src, arrays.VERSION, node.outputs[0].type.dtype)
+    return generated.build(__name__, "impl_sum", src, {"_pm_array1": arrays.array1}, "pmfast_sum_all_", key_parts)
