@@ -2,9 +2,9 @@
 
 One module-level function per op and rank (``_cholesky``, ``_solve_triangular2``…), its props
 run-time flags, built from shared pieces (layout views, copies, the triangular solves:
-:data:`SHARED`, inlined into each at numba's IR level). BLAS/LAPACK is called through
-:func:`pmfast.compiler.lapack.call`. Plain Python here; :func:`pmfast.compiler.linalg.jitted`
-jits them.
+:data:`SHARED`, inlined into each at numba's IR level); :data:`IMPLEMENTATIONS` names them.
+BLAS/LAPACK is called through :func:`pmfast.compiler.lapack.call`. Plain Python here;
+:func:`pmfast.compiler.linalg.jitted` jits them.
 
 **Layout.** Every result is a new C-contiguous array; ``LUFactor``'s and a general ``Solve``'s
 with a matrix right-hand side are Fortran-ordered, as LAPACK writes them (and stock returns them). **Destroyed inputs** follow stock's rules: an op whose ``overwrite_*`` prop is set (pytensor's
