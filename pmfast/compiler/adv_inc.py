@@ -113,7 +113,6 @@ def source(ndim: int, y_ndim: int, y_len: int | None, n: int, set_: bool, inplac
 
 def funcify(op, node):
     """``(numba function, cache key)`` for an ``AdvancedIncSubtensor`` node, or None (see :func:`_length`)."""
-
     from pmfast.compiler import arrays
 
     form = _form(node)

@@ -68,7 +68,6 @@ def source(ndim: int, n: int, s: int = 0) -> str:
 
 def funcify(op, node):
     """``(numba function, cache key)`` for an ``AdvancedSubtensor`` node, or None (see :func:`_form`)."""
-
     from pmfast.compiler import arrays
 
     form = _form(node)

@@ -307,7 +307,6 @@ def alloc_funcify(op, node):
     per call site: bayesian_var_ireland's entries have six); :func:`update` does the same
     broadcast and copy. The checks and the allocation are pytensor's.
     """
-
     from pmfast.compiler import arrays
 
     val, *shape = node.inputs

@@ -119,7 +119,6 @@ def careduce_source(ndim: int, axes: tuple[int, ...], scalar: str) -> str:
 
 def funcify(op, node, max_ndim: int = MAX_NDIM):
     """``(numba function, cache key)`` for a partial ``CAReduce`` node, or None (see :func:`implements`)."""
-
     from pmfast.compiler import arrays
 
     if not implements(op, node, max_ndim):

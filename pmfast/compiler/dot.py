@@ -133,7 +133,6 @@ def dot(x, y):
 
 def _build(node):
     """``(numba function, key)`` of the :data:`_DOT_SOURCES` loop for ``node``."""
-
     from pmfast.compiler import native
 
     src = _DOT_SOURCES[kind(node)].lstrip()

@@ -151,7 +151,6 @@ def _deferred(name: str, dtype: str):
 
 def _build(name: str, props: tuple, dtype: str):
     """``(node function, key)``: the one-line call of :func:`jitted` ``name`` with ``props``."""
-
     destroying = name in _DESTROYING and props[-1]
     src = (_DESTROYING[name] if destroying else _OPS[name]).format(*props)
     impl = _deferred(name, dtype)

@@ -53,7 +53,6 @@ def specify_shape(op, node):
 
 def dimshuffle(op, node):
     """``(numba function, key)`` of a ``DimShuffle`` node: the view built by :func:`pmfast.compiler.native.dimshuffle`."""
-
     from pmfast.compiler import native
 
     spec = native.dimshuffle_spec(op._new_order, op.drop)
@@ -107,7 +106,6 @@ def reshape(op, node):
     (:data:`pmfast.compiler.inline.NEVER`): its source depends on ``ndim`` only, so its cached
     code serves every model.
     """
-
     from pmfast.compiler import arrays, native
 
     src = _reshape_source(op.ndim)
