@@ -9,9 +9,9 @@ functions, entry sources and keys) and stops before numba compiles anything. Per
 entry (logp, expand) it records the rewritten graph's node count, hashes of the
 graph function's source (comments dropped), of the entry's source and its cache
 key. Keys are computed with pmfast's version salts (``compile_salt``, in ``pmfast.linker`` and
-``pmfast.compiler.salt``, vmath's
-``VERSION``) set to constants: those hash pmfast's own source files, so any edit
-changes them although nothing compiled does.
+``pmfast.compiler.salt``, vmath's ``VERSION``, the linear algebra's source hash
+``pmfast.compiler.linalg._SOURCE``) set to constants: those hash pmfast's own source files, so any
+edit changes them although nothing compiled does.
 
 pytensor's fusion does not always build the same graph from the same model in two
 processes (ar2_scan, ordinal, radon_data, two_trace_scan, wide_additive,
@@ -45,7 +45,7 @@ def record(names) -> None:
     import pmfast.vmath.elemwise
     import pmfast.vmath.ops
     from pmfast import models
-    from pmfast.compiler import entry, parallel
+    from pmfast.compiler import entry, linalg, parallel
 
     import pmfast.compiler.salt
 
@@ -53,6 +53,7 @@ def record(names) -> None:
     pmfast.compiler.salt.compile_salt = lambda: "SALT"  # scan's and ops' keys import it from there
     for mod in (pmfast.vmath, pmfast.vmath._cache, pmfast.vmath.elemwise, pmfast.vmath.ops):
         mod.VERSION = "VMATH"
+    linalg._SOURCE = "SOURCE"  # read by its keys when they are made
     sizes = {"wide_additive": {"n": 12}, "hier_var": {"n_groups": 2}}  # as tests/test_zoo_nodes.py
 
     got: dict = {}

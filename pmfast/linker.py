@@ -8,7 +8,7 @@ the final function itself, with no ``*args`` wrapper around it; and for big
 graphs :func:`_lean_compiler` frees the lowering's garbage before LLVM
 codegen, the peak of the compile):
 
-* **pmfast's op implementations** (:mod:`pmfast.compiler.ops`: Elemwise,
+* **pmfast's op implementations** (dispatched by :mod:`pmfast.compiler.ops`: Elemwise,
   DimShuffle, vector-shaped Dot, SpecifyShape) instead of pytensor's, for
   what they cost to compile; generated from source with only globals, numba
   caches them without pytensor's ``*args`` wrapper; and the scalar ``Psi``

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import pmfast
 from pmfast import compiler
-from pmfast.compiler import callbacks, entry, inline, native, ops, parallel
+from pmfast.compiler import arity, callbacks, dot, elemwise, entry, inline, native, parallel, shape_ops
 from pmfast.compiler.overloads import SliceShapeError
 from conftest import join_gradient_model
 
@@ -113,7 +113,7 @@ def test_dimshuffle_matches_stock(data):
 
 
 def test_dimshuffle_view_checks_dropped_axes():
-    node_fn = ops._dimshuffle(pt.tensor(shape=(None, 1)).dimshuffle(0).owner.op, None)[0]
+    node_fn = shape_ops.dimshuffle(pt.tensor(shape=(None, 1)).dimshuffle(0).owner.op, None)[0]
     fn = numba.njit(lambda a: node_fn(a))  # node functions have no Python entry point of their own
     assert fn(np.ones((3, 1))).shape == (3,)
     with pytest.raises(ValueError, match="squeeze axes with size not equal to one"):
@@ -143,7 +143,7 @@ def test_dot_matches_stock(make):
 def test_dot_loop_refuses_mismatched_sizes():
     X, v = pt.dmatrix("X"), pt.dvector("v")
     ours, _ = both([X, v], pt.dot(X, v))
-    assert [ops._dot_kind(n) for n in ours.maker.fgraph.toposort() if type(n.op).__name__ == "Dot"] == [(2, "col")]
+    assert [dot.kind(n) for n in ours.maker.fgraph.toposort() if type(n.op).__name__ == "Dot"] == [(2, "col")]
     with pytest.raises(ValueError, match="incompatible array sizes"):
         ours(np.ones((3, 4)), np.ones(5))
 
@@ -208,8 +208,8 @@ def test_elemwise_multi_output_broadcast_and_inplace_match_stock():
     c = pt.exp(pt.cumsum(x, axis=0)) * y  # written into cumsum's output
     outputs = [a, pt.log1p(a) - y, (a > 2).astype("int8"), pt.switch(k > 0, k * 2, -k), c]
     ours, stock = both([x, y, k], outputs)
-    elemwise = [n.op for n in ours.maker.fgraph.apply_nodes if isinstance(n.op, pt.elemwise.Elemwise)]
-    assert any(op.scalar_op.nout > 1 for op in elemwise) and any(op.inplace_pattern for op in elemwise)
+    ews = [n.op for n in ours.maker.fgraph.apply_nodes if isinstance(n.op, pt.elemwise.Elemwise)]
+    assert any(op.scalar_op.nout > 1 for op in ews) and any(op.inplace_pattern for op in ews)
     rng = np.random.default_rng(1)
     args = rng.normal(size=(4, 3)), rng.normal(size=(1, 3)), np.array([-2, 0, 3])
     for got, ref in zip(ours(*args), stock(*args), strict=True):
@@ -230,7 +230,7 @@ def test_composite_with_a_wide_call_matches_stock():
     inputs = [*scalars, *arrays]
     ours = pytensor.function(inputs, out, mode=pmfast.get_mode("none"))  # no wide_split: one 45-input Composite
     stock = pytensor.function(inputs, out, mode="NUMBA")
-    assert max(len(n.inputs) for n in ours.maker.fgraph.apply_nodes) > ops.MAX_ARITY
+    assert max(len(n.inputs) for n in ours.maker.fgraph.apply_nodes) > arity.MAX_ARITY
     rng = np.random.default_rng(2)
     args = [*(rng.normal(size=40) * 0.3), *(rng.normal(size=7) for _ in range(5))]
     np.testing.assert_allclose(ours(*args), stock(*args), rtol=1e-14)
@@ -254,7 +254,7 @@ def _core_env(fn):
     scalar_node = comp.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
     scalar_fn, _ = numba_funcify_and_cache_key(comp, node=scalar_node)
     ins = [f"i{j}" for j in range(len(node.inputs))]
-    lines, env = ops._scalar_code(comp, scalar_fn, ins, [f"t{j}" for j in range(len(node.outputs))])
+    lines, env = elemwise._scalar_code(comp, scalar_fn, ins, [f"t{j}" for j in range(len(node.outputs))])
     return len(comp.fgraph.apply_nodes), env
 
 
@@ -274,10 +274,10 @@ def test_a_big_composites_core_calls_its_scalar_ops():
         ours = pytensor.function(inputs, out, mode=pmfast.get_mode("none"))
         size, env = _core_env(ours)
         sizes[n] = size
-        assert bool(_inlined(env)) == (size <= ops.CORE_INLINE_MAX), (size, _inlined(env))
+        assert bool(_inlined(env)) == (size <= elemwise.CORE_INLINE_MAX), (size, _inlined(env))
         stock = pytensor.function(inputs, out, mode="NUMBA")
         np.testing.assert_array_equal(ours(*args), stock(*args))
-    assert sizes[8] <= ops.CORE_INLINE_MAX < sizes[30]
+    assert sizes[8] <= elemwise.CORE_INLINE_MAX < sizes[30]
 
 
 def test_the_call_width_limit_is_defined_once():
@@ -589,7 +589,7 @@ def test_raisers_are_cached_on_disk():
     from pmfast.compiler import overloads, patching
 
     overloads.install()
-    assert isinstance(ops._specify_shape_fail()._cache, FunctionCache)
+    assert isinstance(shape_ops._specify_shape_fail()._cache, FunctionCache)
     from numba.core.registry import cpu_target
     from numba.np import arrayobj
 

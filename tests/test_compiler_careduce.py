@@ -130,6 +130,19 @@ def test_on_by_default_and_off_with_the_switch(monkeypatch):
     assert ops.funcify_and_cache_key(node.op, node) is None
 
 
+def test_only_partial_reductions_count_as_careduce_calls():
+    """An entry calls a partial reduction it uses often (``inline._is_careduce``, by the node function's
+    module); a Sum over every axis (``small_ops.sum_all``) is not one, whatever module it moves to."""
+    from pmfast.compiler import inline, ops
+
+    x = pt.matrix()
+    partial, full = pt.sum(x, axis=0).owner, pt.sum(x).owner
+    partial_fn, partial_key = ops.funcify_and_cache_key(partial.op, partial)
+    full_fn, full_key = ops.funcify_and_cache_key(full.op, full)
+    assert partial_key.startswith("pmfast_careduce_") and full_key.startswith("pmfast_sum_all_")
+    assert inline._is_careduce(partial_fn) and not inline._is_careduce(full_fn)
+
+
 def test_identity_reductions_kept_by_a_mode_without_canonicalize_stay_pytensors():
     """``Prod`` over no axes of a matrix and over all axes of a 0-d input: fast_run's ``local_useless_reduce``
     removes them (under stock NUMBA too); a mode running only numba-tagged rewrites keeps the node, which

@@ -52,15 +52,15 @@ def test_a_composite_s_loop_key_does_not_change_when_pytensor_prints_it():
     import pytensor.scalar as ps
     from pytensor.tensor.elemwise import Elemwise
 
-    from pmfast.compiler import ops
+    from pmfast.compiler import elemwise
 
     a, b = ps.float64("a"), ps.float64("b")
     t = ps.exp(a) + b
     u = ps.log(t) * a
     comp = ps.Composite([a, b], [t * t + u * u])
     node = Elemwise(comp)(pt.vector("x"), pt.vector("y")).owner
-    _, before = ops._elemwise(node.op, node)
+    _, before = elemwise.funcify(node.op, node)
     str(comp)  # names t and u after their places in fgraph.variables
     assert any(v.name and v.name.startswith("t") for v in comp.fgraph.variables)
-    _, after = ops._elemwise(node.op, node)
+    _, after = elemwise.funcify(node.op, node)
     assert before is not None and after == before

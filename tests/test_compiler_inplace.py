@@ -1,4 +1,4 @@
-"""pmfast's Elemwise lowering (pmfast/compiler/ops.py) on in-place nodes.
+"""pmfast's Elemwise lowering (pmfast/compiler/elemwise.py) on in-place nodes.
 
 The bug these pin: the node function's cache key left out the inplace pattern
 (a global of the generated source, not part of it). An in-place node and a

@@ -144,7 +144,7 @@ def test_split_is_inlined_and_raises_through_the_shared_raiser():
 
 
 def test_the_shared_raiser_raises_each_ops_error():
-    from pmfast.compiler.ops import SpecifyShapeError
+    from pmfast.compiler.shape_ops import SpecifyShapeError
 
     fail = raisers.shape_fail()
     with pytest.raises(SpecifyShapeError, match=r"SpecifyShape: dim 1 of input has shape 4, expected 3\."):

@@ -310,3 +310,26 @@ def test_readonly_inputs_compile_and_are_not_written():
     np.testing.assert_allclose(_lowered(Dot(), "float64")(s, b), s @ b, rtol=1e-12)
     np.testing.assert_array_equal(s, before[0])
     np.testing.assert_array_equal(b, before[1])
+
+
+def test_keys_cover_every_file_the_node_functions_call_into(monkeypatch):
+    """The source hash in every key (and deferred symbol) reads the file of each implementation and
+    shared piece, and changes when any file it reads changes (a kernel moved to another module must
+    bring that module into the hash)."""
+    import inspect
+    from pathlib import Path
+
+    from pmfast.compiler import lapack, linalg_kernels
+
+    files = set(linalg.keyed_files())
+    pieces = [*linalg_kernels.IMPLEMENTATIONS.values(), *(getattr(linalg_kernels, p) for p in linalg_kernels.SHARED)]
+    called = {inspect.getsourcefile(getattr(f, "py_func", f)) for f in pieces}
+    assert called | {linalg.__file__, lapack.__file__} <= files
+    assert set(linalg._OPS) == set(linalg_kernels.IMPLEMENTATIONS)
+    base = linalg._source_hash()
+    read = Path.read_bytes
+    for path in files:
+        monkeypatch.setattr(Path, "read_bytes", lambda self, p=path: read(self) + (b"#" if str(self) == p else b""))
+        assert linalg._source_hash() != base, path
+    monkeypatch.setattr(Path, "read_bytes", read)
+    assert linalg._source_hash() == base

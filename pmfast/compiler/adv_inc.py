@@ -21,9 +21,9 @@ Other forms stay pytensor's.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
+
+from pmfast.compiler import generated
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
@@ -113,9 +113,6 @@ def source(ndim: int, y_ndim: int, y_len: int | None, n: int, set_: bool, inplac
 
 def funcify(op, node):
     """``(numba function, cache key)`` for an ``AdvancedIncSubtensor`` node, or None (see :func:`_length`)."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
-
     from pmfast.compiler import arrays
 
     form = _form(node)
@@ -124,6 +121,5 @@ def funcify(op, node):
     lead, n = form
     x, y = node.inputs[:2]
     src = source(x.ndim, y.ndim, y.type.shape[-1] if y.ndim else None, n, op.set_instead_of_inc, op.inplace, lead)
-    env = {"__name__": __name__, "_pm_copy": arrays.copy1}
-    key = "pmfast_adv_inc_" + hashlib.sha256(repr((VERSION, src, arrays.VERSION)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, src.split("(")[0][4:], env, env)), key
+    env = {"_pm_copy": arrays.copy1}
+    return generated.build(__name__, src.split("(")[0][4:], src, env, "pmfast_adv_inc_", (VERSION, src, arrays.VERSION))

@@ -16,10 +16,9 @@ its buffer when ``s > 0``; the values and shape are the same). Other forms stay 
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
+from pmfast.compiler import generated
 from pmfast.compiler.adv_inc import index_loop
 
 #: Bump when the generated code changes (part of the cache key).
@@ -69,9 +68,6 @@ def source(ndim: int, n: int, s: int = 0) -> str:
 
 def funcify(op, node):
     """``(numba function, cache key)`` for an ``AdvancedSubtensor`` node, or None (see :func:`_form`)."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
-
     from pmfast.compiler import arrays
 
     form = _form(node)
@@ -81,6 +77,6 @@ def funcify(op, node):
     x = node.inputs[0]
     dtype = np.dtype(node.outputs[0].type.dtype)
     src = source(x.ndim, n, s)
-    env = {"__name__": __name__, "_pm_empty": arrays.empty2, "_pm_dtype": dtype.type}
-    key = "pmfast_adv_sub_" + hashlib.sha256(repr((VERSION, src, dtype.str, arrays.VERSION)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "advanced_integer_vector_indexing", env, env)), key
+    env = {"_pm_empty": arrays.empty2, "_pm_dtype": dtype.type}
+    key_parts = (VERSION, src, dtype.str, arrays.VERSION)
+    return generated.build(__name__, "advanced_integer_vector_indexing", src, env, "pmfast_adv_sub_", key_parts)

@@ -30,13 +30,11 @@ non-constant index, a step of 0, a 0-d result (the entry's scalars handle ``x[i]
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 from numba.core import cgutils, types
 from numba.np.arrayobj import make_array
 
-from pmfast.compiler import native
+from pmfast.compiler import generated, native
 from pmfast.compiler.pure import intrinsic
 
 #: Bump when the generated code changes (part of the cache key).
@@ -309,9 +307,6 @@ def alloc_funcify(op, node):
     per call site: bayesian_var_ireland's entries have six); :func:`update` does the same
     broadcast and copy. The checks and the allocation are pytensor's.
     """
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
-
     from pmfast.compiler import arrays
 
     val, *shape = node.inputs
@@ -319,15 +314,12 @@ def alloc_funcify(op, node):
     if val.type.dtype != dtype or dtype.kind not in "iuf" or val.type.ndim > len(shape):
         return None
     src = alloc_source(node)
-    env = {"__name__": __name__, "_pm_empty": arrays.empty2, "_pm_dtype": dtype.type, "_pm_update": update}
-    key = "pmfast_alloc_" + hashlib.sha256(repr((VERSION, src, dtype.str, arrays.VERSION)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "alloc", env, env)), key
+    env = {"_pm_empty": arrays.empty2, "_pm_dtype": dtype.type, "_pm_update": update}
+    return generated.build(__name__, "alloc", src, env, "pmfast_alloc_", (VERSION, src, dtype.str, arrays.VERSION))
 
 
 def funcify(op, node):
     """``(numba function, cache key)`` for a ``Subtensor``/``IncSubtensor`` node with constant indices, or None."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
     from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
     from pmfast.compiler import arrays
@@ -351,7 +343,6 @@ def funcify(op, node):
     else:
         return None
     name = src.split("(")[0][4:]
-    env = {"__name__": __name__, "_pm_view": view, "_pm_update": update, "_pm_copy1": arrays.copy1, "SPEC": literal}
-    key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, src, literal, arrays.VERSION)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, name, env, env)), key
+    env = {"_pm_view": view, "_pm_update": update, "_pm_copy1": arrays.copy1, "SPEC": literal}
+    return generated.build(__name__, name, src, env, f"pmfast_{name}_", (VERSION, src, literal, arrays.VERSION))
 

@@ -29,9 +29,9 @@ general (``max_ndim``), so its tests cover 3-D inputs too.
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
+
+from pmfast.compiler import generated
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
@@ -119,9 +119,6 @@ def careduce_source(ndim: int, axes: tuple[int, ...], scalar: str) -> str:
 
 def funcify(op, node, max_ndim: int = MAX_NDIM):
     """``(numba function, cache key)`` for a partial ``CAReduce`` node, or None (see :func:`implements`)."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
-
     from pmfast.compiler import arrays
 
     if not implements(op, node, max_ndim):
@@ -131,6 +128,6 @@ def funcify(op, node, max_ndim: int = MAX_NDIM):
     scalar = type(op.scalar_op).__name__
     identity = dtype.type(op.scalar_op.identity)
     src = careduce_source(x.ndim, _axes(op, x.ndim), scalar)
-    env = {"__name__": __name__, "_pm_empty": arrays.empty2, "_pm_dtype": dtype.type, "_pm_identity": identity}
-    key = "pmfast_careduce_" + hashlib.sha256(repr((VERSION, src, dtype.name, repr(identity), arrays.VERSION)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "careduce", env, env), boundscheck=False), key
+    env = {"_pm_empty": arrays.empty2, "_pm_dtype": dtype.type, "_pm_identity": identity}
+    key_parts = (VERSION, src, dtype.name, repr(identity), arrays.VERSION)
+    return generated.build(__name__, "careduce", src, env, "pmfast_careduce_", key_parts, boundscheck=False)

@@ -19,7 +19,7 @@ widens the accumulator) stay pytensor's.
 
 from __future__ import annotations
 
-import hashlib
+from pmfast.compiler import generated
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
@@ -76,8 +76,6 @@ def implements(op, node) -> bool:
 def funcify(op, node):
     """``(numba function, cache key)`` for a ``CumOp`` node, or None (see :func:`implements`)."""
     import numpy as np
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import arrays, native
 
@@ -87,12 +85,10 @@ def funcify(op, node):
     dtype = node.inputs[0].type.dtype
     src = cumop_source(ndim, op.axis % ndim, op.mode)
     env = {
-        "__name__": __name__,
         "_pm_ascontiguous1": arrays.ascontiguous1,
         "_pm_c_reshape": native.c_reshape,
         "_pm_empty": arrays.empty2,
         "_pm_dtype": np.dtype(dtype).type,
         "_pm_zero": np.dtype(dtype).type,
     }
-    key = "pmfast_cumop_" + hashlib.sha256(repr((VERSION, src, dtype, arrays.VERSION)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "cumop", env, env)), key
+    return generated.build(__name__, "cumop", src, env, "pmfast_cumop_", (VERSION, src, dtype, arrays.VERSION))

@@ -7,7 +7,7 @@ cache would be compiled just for this entry: the entry inlines it at numba's
 IR level (``inline="always"``) and it is typed, lowered and optimised once,
 as part of the entry. The same holds one level down: a fused Elemwise's core
 function inlines the scalar op functions of its scalar graph
-(:mod:`pmfast.compiler.ops`).
+(:mod:`pmfast.compiler.elemwise`).
 
 The choice depends on the graph only, never on what the cache holds. Inlined
 code is optimised together with the entry (numba types an inlined function
@@ -48,7 +48,7 @@ runtime arguments or f-string messages (the inliner loses their types;
 pmfast's SpecifyShape and Split call a cached raiser instead,
 :func:`pmfast.compiler.raisers.shape_fail`), and ops with inner functions or
 inner graphs (Scan, OpFromGraph, IfElse, Blockwise, random variables). Nor is
-pmfast's Reshape (:mod:`pmfast.compiler.ops`): its source depends on the rank
+pmfast's Reshape (:mod:`pmfast.compiler.shape_ops`): its source depends on the rank
 only, so one cached function serves every model (hier_logistic's is found in
 the cache). pmfast's linear algebra (:mod:`pmfast.compiler.linalg`) is inlined as a one-line
 call of a module-level implementation numba caches per machine and calls (one compile for every

@@ -29,12 +29,11 @@ dtypes, bools, more than :data:`pmfast.compiler.arity.MAX_ARITY` inputs) stay py
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 from numba.core import cgutils, types
 from numba.np.arrayobj import make_array
 
+from pmfast.compiler import generated
 from pmfast.compiler.arity import MAX_ARITY
 from pmfast.compiler.pure import intrinsic
 
@@ -167,8 +166,6 @@ def join_arrays_source(n: int, ndim: int, axis: int) -> str:
 def funcify(op, node):
     """``(numba function, cache key)`` for a ``Join`` node, or None (see :func:`joins_vectors`,
     :func:`array_axis`)."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     if not joins_vectors(node):
         axis = array_axis(node)
@@ -179,13 +176,8 @@ def funcify(op, node):
         out = node.outputs[0]
         src = join_arrays_source(len(node.inputs) - 1, out.ndim, axis)
         dtype = np.dtype(out.type.dtype)
-        key = "pmfast_join_arrays_" + hashlib.sha256(repr((VERSION, basic_index.VERSION, src, dtype.str)).encode()).hexdigest()
-        env = {
-            "__name__": __name__, "_pm_empty": arrays.empty2, "_pm_dtype": dtype.type,
-            "_pm_update": basic_index.update, "_pm_slice": split.slice_axis,
-        }
-        return numba_njit(compile_numba_function_src(src, "join", env, env)), key
+        env = {"_pm_empty": arrays.empty2, "_pm_dtype": dtype.type, "_pm_update": basic_index.update, "_pm_slice": split.slice_axis}
+        key_parts = (VERSION, basic_index.VERSION, src, dtype.str)
+        return generated.build(__name__, "join", src, env, "pmfast_join_arrays_", key_parts)
     src = join_source(len(node.inputs) - 1)
-    key = "pmfast_join_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
-    env = {"_pm_concat": concat_vectors, "__name__": __name__}
-    return numba_njit(compile_numba_function_src(src, "join", env, env)), key
+    return generated.build(__name__, "join", src, {"_pm_concat": concat_vectors}, "pmfast_join_", (VERSION, src))

@@ -24,14 +24,13 @@ off. The cache key names the form, not the values (``pmfast_nd_…``), so the gr
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 
 import numpy as np
 from numba.core import cgutils, types
 from numba.np.arrayobj import make_array
 
-from pmfast.compiler import basic_index
+from pmfast.compiler import basic_index, generated
 from pmfast.compiler.pure import intrinsic
 
 #: Bump when the generated code changes (part of the cache key).
@@ -170,8 +169,6 @@ def _source(name: str, n_idx: int, first: str | None, inc: bool) -> str:
 def funcify(op, node):
     """``(numba function, cache key)`` of a ``Subtensor``/``IncSubtensor`` node with constant indices that
     :func:`pmfast.compiler.basic_index.funcify` takes, its index values read from its arguments; or None."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
     from pytensor.tensor.subtensor import IncSubtensor, Subtensor
 
     from pmfast.compiler import arrays
@@ -199,8 +196,6 @@ def funcify(op, node):
     else:
         name = "set_subtensor" if op.set_instead_of_inc else "inc_subtensor"
         src = _source(name, n_idx, "z = x" if op.inplace else "z = _pm_copy1(x)", not op.set_instead_of_inc)
-    env = {"__name__": __name__, "_pm_view": view, "_pm_update": basic_index.update, "_pm_copy1": arrays.copy1, "PATTERN": pattern}
-    key = f"pmfast_nd_{name}_" + hashlib.sha256(
-        repr((VERSION, basic_index.VERSION, src, pattern, arrays.VERSION)).encode()
-    ).hexdigest()
-    return numba_njit(compile_numba_function_src(src, name, env, env)), key
+    env = {"_pm_view": view, "_pm_update": basic_index.update, "_pm_copy1": arrays.copy1, "PATTERN": pattern}
+    key_parts = (VERSION, basic_index.VERSION, src, pattern, arrays.VERSION)
+    return generated.build(__name__, name, src, env, f"pmfast_nd_{name}_", key_parts)

@@ -11,7 +11,7 @@ compiled by the models that specify shapes; a raiser of its own cost it
 ~0.04 CPU s on a used machine).
 
 The exceptions are defined here, below the two op implementations that raise
-them (:mod:`pmfast.compiler.ops`, :mod:`pmfast.compiler.split` re-export them).
+them (:mod:`pmfast.compiler.shape_ops`, :mod:`pmfast.compiler.split` re-export them).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The suffix of every cache key pmfast writes: its version and the code that generates what is cached.
 
-Below :mod:`pmfast.compiler.ops` and :mod:`pmfast.linker`, which both key code with it.
+Below :mod:`pmfast.compiler.elemwise` and :mod:`pmfast.linker`, which both key code with it.
 """
 
 from __future__ import annotations

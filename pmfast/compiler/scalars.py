@@ -12,7 +12,7 @@ Inside the entry (:mod:`pmfast.compiler.entry`) these statements hold their
 float64 (and bool, int64) 0-d results as numba scalars instead:
 
 * an ``Elemwise`` whose inputs and outputs are all 0-d and whose node
-  function is pmfast's (:mod:`pmfast.compiler.ops`): its core function's
+  function is pmfast's (:mod:`pmfast.compiler.elemwise`): its core function's
   scalar code, returning the values instead of storing them. int64 outputs
   too (a data length's arithmetic: stoch_vol's random walk computes its
   innovations' count), else the node's core is one more function compiled
@@ -90,7 +90,7 @@ def _names(args) -> list[str] | None:
 def _scalar_core(dispatcher, n_out: int):
     """A numba function returning what pmfast's Elemwise node function ``dispatcher`` stores, or None.
 
-    Built from the node function's core (:func:`pmfast.compiler.ops._vectorized_source`):
+    Built from the node function's core (:func:`pmfast.compiler.elemwise._vectorized_source`):
     the same statements, the stores ``_pm_oK[()] = _pm_tK`` replaced by a return.
     """
     from pytensor.link.numba.cache import compile_numba_function_src

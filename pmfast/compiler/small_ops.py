@@ -1,4 +1,4 @@
-"""``Shape_i`` and the 2-d ``ExtractDiag`` without numba's generic ``np.shape``/``np.asarray``/``np.diag``.
+"""``Shape_i``, the 2-d ``ExtractDiag`` and ``Sum`` over every axis without numba's generic ``np.shape``/``np.asarray``/``np.diag``/``np.array``.
 
 pytensor's node functions call numpy functions whose numba ``@overload`` implementations are numba
 functions of their own, compiled in every cold process next to the entry that inlines the node
@@ -14,16 +14,24 @@ functions of their own, compiled in every cold process next to the entry that in
   matrices (3-d, axes 1 and 2; bayesian_sem_workflow, ~1 CPU s of its cold compile): pytensor's
   n-d loop (its length rule, a new C array) without its ``np.empty`` and slicing.
 
-``PMFAST_SMALL_OPS=0`` keeps pytensor's node functions (the sources differ, so do the keys).
+* ``Sum`` over every axis (:func:`sum_all`): ``np.array(array.sum())``, whose ``np.array`` of a
+  scalar is numba generic code compiled in every process.
+
+``PMFAST_SMALL_OPS=0`` keeps pytensor's ``Shape_i`` and ``ExtractDiag`` (the sources differ, so do the keys).
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
+
+from pmfast.compiler import generated
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
+
+#: Bump when :func:`sum_all` changes (part of its cache key; 9 continues the count of
+#: ``pmfast.compiler.ops``, where it was).
+SUM_ALL_VERSION = 9
 
 _SHAPE_I_SRC = "def shape_i(x):\n    return _pm_asarray(x.shape[{i}])\n"
 
@@ -84,12 +92,7 @@ def funcify(op, node):
 
 
 def _build(src: str, name: str, env: dict, extra) -> tuple:
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
-
-    env = {"__name__": __name__, **env}
-    key = f"pmfast_{name}_" + hashlib.sha256(repr((VERSION, src, extra)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, name, env, env)), key
+    return generated.build(__name__, name, src, env, f"pmfast_{name}_", (VERSION, src, extra))
 
 
 def _shape_i(op, node):
@@ -118,3 +121,23 @@ def _extract_diag(op, node):
         return None
     env = {"_pm_empty": native.empty, "_pm_dtype": np.dtype(x.type.dtype).type}
     return _build(src.format(k=int(op.offset)), "extract_diag", env, x.type.dtype)
+
+
+def sum_all(op, node):
+    """``(numba function, key)`` of a ``Sum`` over every axis accumulating in its output dtype, or None.
+
+    pytensor's is ``np.array(array.sum())``, whose ``np.array`` of a scalar is numba generic code
+    compiled in every process; here the same sum goes into a 0-d array through
+    :func:`pmfast.compiler.arrays.array1` (same flags: pytensor's ``numba_njit``).
+    """
+    import numpy as np
+
+    from pmfast.compiler import arrays
+
+    axes = op.axis if op.axis is not None else tuple(range(node.inputs[0].ndim))
+    acc_dtype = getattr(op, "acc_dtype", None) or node.outputs[0].type.dtype
+    if node.inputs[0].ndim != len(axes) or np.dtype(node.outputs[0].type.dtype) != acc_dtype:
+        return None
+    src = "def impl_sum(array):\n    return _pm_array1(array.sum())\n"
+    key_parts = (SUM_ALL_VERSION, src, arrays.VERSION, node.outputs[0].type.dtype)
+    return generated.build(__name__, "impl_sum", src, {"_pm_array1": arrays.array1}, "pmfast_sum_all_", key_parts)

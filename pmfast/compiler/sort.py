@@ -18,9 +18,9 @@ compile) is not compiled. ``PMFAST_ARGSORT_PERM=0`` sorts as above.
 
 from __future__ import annotations
 
-import hashlib
-
 import os
+
+from pmfast.compiler import generated
 
 #: Bump when the generated code changes (part of the cache key).
 VERSION = 1
@@ -50,8 +50,6 @@ def _is_permutation(x) -> bool:
 def funcify(op, node):
     """``(numba function, cache key)`` for an ``ArgSortOp`` node of a vector, or None."""
     from pytensor.graph.basic import Constant
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     x, axis = node.inputs
     if x.ndim != 1 or not isinstance(axis, Constant) or axis.ndim != 0 or int(axis.data) not in (0, -1):
@@ -66,9 +64,8 @@ def funcify(op, node):
         src = _INVERSE_SRC
     else:
         src = f"def argsort(x, axis):\n    return np.argsort(x, kind={op.kind!r})\n"
-    env = {"__name__": __name__, "np": np, "_pm_empty": native.empty, "_pm_i64": np.int64}
-    key = "pmfast_argsort_" + hashlib.sha256(repr((VERSION, src, x.type.dtype)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "argsort", env, env)), key
+    env = {"np": np, "_pm_empty": native.empty, "_pm_i64": np.int64}
+    return generated.build(__name__, "argsort", src, env, "pmfast_argsort_", (VERSION, src, x.type.dtype))
 
 
 #: pytensor's ``PivotToPermutations`` as two loops: ``p_inv`` by pytensor's swaps from ``0..n-1`` (a
@@ -100,8 +97,6 @@ _PIVOTS_SRC = """def pivot_to_permutation(piv):
 def funcify_pivots(op, node):
     """``(numba function, cache key)`` for a ``PivotToPermutations`` node of integer pivots, or None."""
     import numpy as np
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     from pmfast.compiler import native
 
@@ -109,6 +104,5 @@ def funcify_pivots(op, node):
     if piv.ndim != 1 or not piv.type.dtype.startswith(("int", "uint")) or node.outputs[0].type.dtype != "int64":
         return None
     src = _PIVOTS_SRC.format(inverse=bool(op.inverse))
-    env = {"__name__": __name__, "_pm_empty": native.empty, "_pm_i64": np.int64}
-    key = "pmfast_pivots_" + hashlib.sha256(repr((VERSION, src, piv.type.dtype)).encode()).hexdigest()
-    return numba_njit(compile_numba_function_src(src, "pivot_to_permutation", env, env)), key
+    env = {"_pm_empty": native.empty, "_pm_i64": np.int64}
+    return generated.build(__name__, "pivot_to_permutation", src, env, "pmfast_pivots_", (VERSION, src, piv.type.dtype))

@@ -22,14 +22,12 @@ machine (the only zoo model that splits; two signatures).
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from numba.core import cgutils, types
 from numba.np.arrayobj import make_array, populate_array
 
-from pmfast.compiler import raisers
+from pmfast.compiler import generated, raisers
 from pmfast.compiler.pure import intrinsic
 from pmfast.compiler.raisers import SplitSizeError  # noqa: F401  (raised by the jitted check)
 
@@ -123,13 +121,10 @@ def split_axis(node) -> int | None:
 
 def funcify(op, node):
     """``(numba function, cache key)`` for a ``Split`` node, or None (see :func:`split_axis`)."""
-    from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_njit
 
     axis = split_axis(node)
     if axis is None:
         return None
     src = split_source(node.inputs[0].ndim, axis, op.len_splits)
-    key = "pmfast_split_" + hashlib.sha256(repr((VERSION, src)).encode()).hexdigest()
-    env = {"_pm_fail": raisers.shape_fail(), "_pm_slice": slice_axis, "_pm_i64": np.int64, "__name__": __name__}
-    return numba_njit(compile_numba_function_src(src, "split", env, env)), key
+    env = {"_pm_fail": raisers.shape_fail(), "_pm_slice": slice_axis, "_pm_i64": np.int64}
+    return generated.build(__name__, "split", src, env, "pmfast_split_", (VERSION, src))
