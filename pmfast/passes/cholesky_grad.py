@@ -9,7 +9,7 @@ pytensor's ``Cholesky.L_op`` (Murray 2016) builds, for the factor ``L`` and its 
 about twenty nodes: a full matrix product, two triangular solves on transposed copies, the
 ``tril`` masks as ``arange`` comparisons, ``diag``/``diagonal`` pairs. In a marginal GP (100×100)
 that is ~40% of the gradient. :class:`CholeskyGrad` computes the same values in one buffer
-(:func:`pmfast.compiler.linalg._cholesky_grad`): ``Lᵀ L̄`` by ``trmm`` (a triangular factor:
+(:func:`pmfast.compiler.linalg_kernels._cholesky_grad`): ``Lᵀ L̄`` by ``trmm`` (a triangular factor:
 half a ``gemm``'s work), the two solves by ``trsm`` in place, the masks as loops; no transposes,
 copies or temporaries.
 
