@@ -43,12 +43,13 @@ from pmfast.compiler.patching import patches  # noqa: F401  (the public list)
 
 def setup() -> None:
     """Install pmfast's numba overloads and cache hardening (idempotent)."""
-    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, liveness, meminfos, overloads, ssa, static_shapes, subroutines, symbols
+    from pmfast.compiler import c_code, cache, constants, determinism, frames, inliner, liveness, lowering_scan, meminfos, overloads, ssa, static_shapes, subroutines, symbols
 
     overloads.install()
     subroutines.install()
     ssa.install()
     liveness.install()
+    lowering_scan.install()
     meminfos.install()
     inliner.install()
     cache.install()

@@ -135,6 +135,13 @@ PATCHES: tuple[Patch, ...] = (
         ("numba.tests.test_analysis", "numba.tests.test_ir_utils"),
     ),
     Patch(
+        "numba.core.lowering:Lower._find_singly_assigned_variable, numba.core.ir:Global.__str__",
+        "pmfast.compiler.lowering_scan",
+        "a block's assignments counted once, not once per variable, and a global array's debug text (formatted for every statement lowered, debugging on or off) its dtype and shape, not its elements (hier_var 16 groups' logp entry: variables x statements, ~25 of 83 profiled CPU s; PMFAST_LINEAR_LOWER=0)",
+        "compile",
+        ("numba.tests.test_func_lifetime", "numba.tests.test_obj_lifetime", "numba.tests.test_ir"),
+    ),
+    Patch(
         "numba.core.runtime.context:NRTContext.get_meminfos",
         "pmfast.compiler.meminfos",
         "increfs and decrefs read only the members that can hold a reference, not every field (a 2-d array's decref: 12 dead extractvalues; 20% of bayesian_var_ireland's logp entry's instructions)",
