@@ -1,0 +1,280 @@
+"""pytensor's in-place rewrites without a whole-graph validation for the changes that need none.
+
+Every candidate of pytensor's in-place rewrites (``inplace_elemwise``, ``local_inplace_setsubtensor``,
+``blockwise_inplace``, ``local_inplace_AdvancedIncSubtensor*``) goes through
+``fgraph.replace_all_validate``: the replacement, then ``fgraph.validate()``, whose DestroyHandler
+rebuilds the destroyed roots and the orderings of every destroyer and checks the whole graph for
+a cycle. That is O(graph) per candidate, O(graph²) per stage. Its ``has_destroyers``, asked for
+every candidate input, rebuilds the destroyed roots after every change too.
+
+Inside pmfast's mode these rewriters run wrapped (:class:`FastInplace`), on their fgraph only and
+only while they run, with two stand-ins:
+
+* ``fgraph.replace_all_validate`` makes the replacement as pytensor's does and then skips the
+  validation when :func:`proven` shows, from the graph after the change, that the change only
+  turned one node ``N`` into ``N'`` (same inputs, no views) destroying inputs that nothing else
+  reads. Every other change is validated as before (and reverted when that fails);
+* ``fgraph.has_destroyers`` answers from the destroyed input's view tree (:func:`has_destroyers`)
+  instead of rebuilding every destroyed root after each change.
+
+Why skipping is safe, given the graph was valid before the change (checked once when the wrapper
+starts; every later change is either proven or validated, and a rejected change is reverted): a
+destroyed input ``v`` that is not a view, has no views, is not a graph input, constant, output,
+protected or indestructible variable and whose only client is ``N'`` (once) adds a destroyed root
+whose impact is ``{v}`` and whose readers other than ``N'`` are none: no ordering, no input
+aliasing, no second destroyer, nothing protected destroyed. Every other destroyer's impact and
+orderings are the old ones with ``N`` renamed ``N'`` (``N'`` has ``N``'s inputs and clients and
+``N`` was no destroyer or view), so the ordered graph is the old one renamed: no cycle. The output
+``N'`` destroys into is no graph output, so ``NoOutputFromInplace`` holds. So every feature's
+``validate`` would pass: pytensor's decision is the same. The wrapper declines to act (pytensor's
+path throughout) when a feature with a ``validate`` it does not know is attached, with the
+DestroyHandler's ``fast`` cycle detection, with ``optimizer_verbose``, or when the graph does not
+validate at the start.
+
+``PMFAST_INPLACE_FAST=0`` runs the wrapped rewriters exactly as pytensor's.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from pytensor.graph.rewriting.basic import GraphRewriter
+
+#: stock rewriters run wrapped in pmfast's mode (optdb entry names)
+WRAPPED = (
+    "blockwise_inplace",
+    "local_inplace_setsubtensor",
+    "inplace_elemwise",
+    "local_inplace_AdvancedIncSubtensor",
+    "local_inplace_AdvancedIncSubtensor1",
+)
+TAG = "pmfast_inplace_fast"
+SUFFIX = ".pmfast_fast"
+
+
+def enabled() -> bool:
+    """Whether the wrappers skip proven validations (``PMFAST_INPLACE_FAST=0``: pytensor's path)."""
+    return os.environ.get("PMFAST_INPLACE_FAST", "1") != "0"
+
+
+def _known_validators() -> tuple[type, ...]:
+    """Feature classes whose ``validate`` :func:`proven` accounts for."""
+    from pytensor.compile.function.types import Supervisor
+    from pytensor.graph.destroyhandler import DestroyHandler
+    from pytensor.graph.features import NoOutputFromInplace, ReplaceValidate
+
+    return (DestroyHandler, ReplaceValidate, Supervisor, NoOutputFromInplace)
+
+
+def has_destroyers(fgraph, variables) -> bool:
+    """``fgraph.has_destroyers(variables)`` of pytensor's regular cycle detection, from the view trees.
+
+    pytensor answers whether a variable's view root (the end of its ``view_i`` chain) is destroyed,
+    from maps of every destroyed root it rebuilds after any change. A root is destroyed when a
+    node destroys an input in its view tree (the root and its transitive ``view_o`` views), so the
+    tree's clients answer it. The same answer on a valid graph (the only kind the wrapper runs on).
+    """
+    handler = fgraph.destroy_handler
+    view_i, view_o, clients = handler.view_i, handler.view_o, fgraph.clients
+    for var in variables:
+        root = var
+        while root in view_i:
+            root = view_i[root]
+        stack = [root]
+        while stack:
+            t = stack.pop()
+            for node, i in clients.get(t, ()):
+                destroy_map = node.op.destroy_map
+                if destroy_map and any(i in inputs for inputs in destroy_map.values()):
+                    return True
+            stack.extend(view_o.get(t, ()))
+    return False
+
+
+def proven(fgraph, old, new, nodes_before: int, protected: frozenset) -> bool:
+    """Whether replacing node ``old`` by ``new`` (already done) provably keeps the graph valid.
+
+    True only for the change the module docstring argues safe: ``old`` left the graph and ``new``
+    entered it, nothing else did, with the same inputs, neither a view and ``old`` no destroyer,
+    and each input ``new`` destroys (one input per output, distinct) read by ``new`` alone, once,
+    not a view, viewed, graph input, constant, protected or indestructible variable; the outputs
+    ``new`` destroys into are no graph outputs. False means: validate as pytensor does.
+    """
+    if old is None or new is None or old is new:
+        return False
+    nodes = fgraph.apply_nodes
+    if old in nodes or new not in nodes or len(nodes) != nodes_before:
+        return False
+    if old.op.destroy_map or old.op.view_map or new.op.view_map:
+        return False
+    if len(new.inputs) != len(old.inputs) or any(a is not b for a, b in zip(new.inputs, old.inputs)):
+        return False
+    destroy_map = new.op.destroy_map
+    if not destroy_map:
+        return False
+    from pytensor.graph.fg import Output
+
+    handler = fgraph.destroy_handler
+    clients = fgraph.clients
+    seen = set()
+    for out_idx, inputs in destroy_map.items():
+        if len(inputs) != 1 or inputs[0] in seen:
+            return False
+        (i,) = inputs
+        seen.add(i)
+        v = new.inputs[i]
+        if v.owner is None or v in protected or getattr(v.tag, "indestructible", False):
+            return False
+        if clients.get(v) != [(new, i)]:
+            return False
+        if v in handler.view_i or handler.view_o.get(v):
+            return False
+        if any(isinstance(node.op, Output) for node, _ in clients.get(new.outputs[out_idx], ())):
+            return False
+    return True
+
+
+class FastValidation:
+    """Within ``with``: ``fgraph``'s ``replace_all_validate`` and ``has_destroyers`` stand-ins (module docstring)."""
+
+    def __init__(self, fgraph, check: bool = False):
+        from pytensor.compile.function.types import Supervisor
+        from pytensor.graph.features import ReplaceValidate
+
+        self.fgraph = fgraph
+        #: tests: validate proven changes anyway and compare ``has_destroyers`` with pytensor's (AssertionError if they differ)
+        self.check = check
+        self.stats: Counter = Counter()
+        self.checker = next(f for f in fgraph._features if isinstance(f, ReplaceValidate))
+        self.protected = frozenset(v for f in fgraph._features if isinstance(f, Supervisor) for v in f.protected)
+
+    @staticmethod
+    def usable(fgraph) -> bool:
+        """Whether the stand-ins may act on ``fgraph`` (features known, regular detection, valid now)."""
+        from pytensor.configdefaults import config
+        from pytensor.graph.features import ReplaceValidate
+
+        handler = getattr(fgraph, "destroy_handler", None)
+        if handler is None or handler.algo == "fast" or config.optimizer_verbose:
+            return False
+        known = _known_validators()
+        features = fgraph._features
+        if not any(isinstance(f, ReplaceValidate) for f in features):
+            return False
+        if any(getattr(f, "validate", None) is not None and not isinstance(f, known) for f in features):
+            return False
+        try:
+            fgraph.validate()
+        except Exception:
+            return False
+        return True
+
+    def __enter__(self):
+        fgraph = self.fgraph
+        self.saved = {name: fgraph.__dict__[name] for name in ("replace_all_validate", "has_destroyers")}
+        self.original = self.saved["replace_all_validate"]
+        fgraph.replace_all_validate = self.replace_all_validate
+        fgraph.has_destroyers = self.has_destroyers
+        return self
+
+    def __exit__(self, *exc):
+        self.fgraph.__dict__.update(self.saved)
+        return False
+
+    def has_destroyers(self, variables) -> bool:
+        """:func:`has_destroyers` on this fgraph."""
+        answer = has_destroyers(self.fgraph, variables)
+        if self.check and answer != self.saved["has_destroyers"](variables):
+            self._failed(f"has_destroyers({variables}) answered {answer}")
+        return answer
+
+    def _failed(self, what: str):
+        """Check mode: count the disagreement (a rewriter may swallow the exception) and raise."""
+        self.stats["check_failed"] += 1
+        raise AssertionError(what)
+
+    def replace_all_validate(self, replacements, reason=None, verbose=None, **kwargs):
+        """pytensor's ``replace_all_validate``, its validation skipped when :func:`proven`."""
+        fgraph = self.fgraph
+        replacements = list(replacements)
+        if verbose or not replacements:
+            return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
+        old = replacements[0][0].owner
+        new = replacements[0][1].owner
+        if any(r.owner is not old or n.owner is not new for r, n in replacements):
+            self.stats["validated"] += 1
+            return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
+        chk = fgraph.checkpoint()
+        nodes_before = len(fgraph.apply_nodes)
+        try:
+            for r, new_r in replacements:
+                fgraph.replace(r, new_r, reason=reason, verbose=False, **kwargs)
+        except Exception:
+            # pytensor's own path reports and raises the failure as it does
+            fgraph.revert(chk)
+            return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
+        if not self.checker.fail_validate and proven(fgraph, old, new, nodes_before, self.protected):
+            self.stats["proven"] += 1
+            if self.check:
+                try:
+                    fgraph.validate()
+                except Exception as error:
+                    self._failed(f"proven change of {old} failed validation: {error}")
+            return chk
+        self.stats["validated"] += 1
+        try:
+            fgraph.validate()
+        except Exception:
+            fgraph.revert(chk)
+            raise
+        return chk
+
+
+class FastInplace(GraphRewriter):
+    """A stock in-place graph rewriter run under :class:`FastValidation` on its fgraph."""
+
+    def __init__(self, inner, check: bool = False):
+        self.inner = inner
+        self.check = check
+
+    def add_requirements(self, fgraph):
+        self.inner.add_requirements(fgraph)
+
+    def apply(self, fgraph, *args, **kwargs):
+        if not enabled() or not FastValidation.usable(fgraph):
+            return self.inner.apply(fgraph, *args, **kwargs)
+        with FastValidation(fgraph, self.check) as fast:
+            prof = self.inner.apply(fgraph, *args, **kwargs)
+        counts = getattr(fgraph, "_pmfast_inplace_fast", None)
+        if counts is None:
+            counts = fgraph._pmfast_inplace_fast = Counter()
+        counts.update(fast.stats)
+        return prof
+
+    def print_profile(self, stream, prof, level=0):
+        self.inner.print_profile(stream, prof, level)
+
+    def print_summary(self, stream=None, level=0, depth=-1):
+        import sys
+
+        print(f"{' ' * level}{type(self).__name__}", file=stream or sys.stdout)
+        self.inner.print_summary(stream or sys.stdout, level + 2, depth)
+
+
+_registered: list[str] = []
+
+
+def register() -> tuple[str, ...]:
+    """Register a :class:`FastInplace` beside each stock entry of :data:`WRAPPED` (same position;
+    the name's suffix keeps its order among the entries of that position); returns the stock names."""
+    from pytensor.compile import optdb
+
+    if not _registered:
+        for name in WRAPPED:
+            if name not in optdb.__db__:
+                continue
+            (inner,) = optdb.__db__[name]
+            optdb.register(name + SUFFIX, FastInplace(inner), TAG, position=optdb.__position__[name])
+            _registered.append(name)
+    return tuple(_registered)

@@ -1,0 +1,258 @@
+"""pmfast.inplace_fast: pytensor's in-place rewriters take the same decisions with proven changes unvalidated."""
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pytensor.compile import optdb
+from pytensor.compile.function.types import std_fgraph
+from pytensor.compile.io import In, Out
+from pytensor.graph.basic import equal_computations
+from pytensor.graph.utils import InconsistencyError
+from pytensor.link.basic import PerformLinker
+
+import pmfast
+from pmfast import inplace_fast
+
+STAGES = ("local_inplace_setsubtensor", "inplace_elemwise", "local_inplace_AdvancedIncSubtensor1")
+N = 4
+
+
+def _stock(name):
+    (rewriter,) = optdb.__db__[name]
+    return rewriter
+
+
+@st.composite
+def programs(draw):
+    """A random program over length-4 vectors: elemwise nodes on shared inputs, views (reversal,
+    slices), set/inc_subtensor (basic and advanced), and outputs that may alias (repeated, a view
+    of another output, a graph input)."""
+    n_in = draw(st.integers(1, 3))
+    mutable = [draw(st.booleans()) for _ in range(n_in)]
+    steps = []
+    for _ in range(draw(st.integers(1, 14))):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "ternary", "reverse", "slice_sum", "set", "inc", "adv_inc"]))
+        steps.append((kind, draw(st.integers(0, 10**6)), draw(st.integers(0, 10**6)), draw(st.integers(0, 10**6))))
+    outs = draw(st.lists(st.integers(0, 10**6), min_size=1, max_size=4))
+    return n_in, mutable, steps, outs
+
+
+def build(program):
+    n_in, mutable, steps, outs = program
+    xs = [pt.TensorType("float64", shape=(N,))(f"x{i}") for i in range(n_in)]
+    vs = list(xs)
+
+    def pick(k):
+        return vs[k % len(vs)]
+
+    for kind, a, b, c in steps:
+        x, y, z = pick(a), pick(b), pick(c)
+        if kind == "unary":
+            v = [pt.exp, pt.neg, pt.sin][a % 3](x)
+        elif kind == "binary":
+            v = [pt.add, pt.mul, pt.sub][c % 3](x, y)
+        elif kind == "ternary":
+            v = x * y + z
+        elif kind == "reverse":
+            v = x[::-1]
+        elif kind == "slice_sum":
+            v = pt.concatenate([x[:2] + y[2:], x[2:]])
+        elif kind == "set":
+            v = pt.set_subtensor(x[:2], y[1:3])
+        elif kind == "inc":
+            v = pt.inc_subtensor(x[1:], y[:3])
+        else:
+            v = pt.inc_subtensor(x[np.array([0, 2, 2])], y[:3])
+        vs.append(v)
+    outputs = [pick(k) for k in outs]
+    return xs, mutable, outputs
+
+
+def fgraph_of(program):
+    xs, mutable, outputs = build(program)
+    fg, _ = std_fgraph([In(x, mutable=m) for x, m in zip(xs, mutable)], [Out(o) for o in outputs])
+    _stock("add_destroy_handler").add_requirements(fg)
+    return fg
+
+
+TOTALS = {"proven": 0, "validated": 0}
+
+
+def run(fg, fast: bool):
+    for name in STAGES:
+        rewriter = _stock(name)
+        if fast:
+            rewriter = inplace_fast.FastInplace(rewriter, check=True)
+        rewriter.add_requirements(fg)
+        rewriter.apply(fg)
+    if fast:
+        counts = getattr(fg, "_pmfast_inplace_fast", {})
+        assert not counts.get("check_failed")
+        for key in TOTALS:
+            TOTALS[key] += counts.get(key, 0)
+    return fg
+
+
+def destroy_maps(fg):
+    return [(str(node.op), node.op.destroy_map) for node in fg.toposort()]
+
+
+def evaluate(fg, values):
+    thunk, ins, outs = PerformLinker().accept(fg, no_recycling=[]).make_thunk()[:3]
+    for container, value in zip(ins, values, strict=True):
+        container.storage[0] = value.copy()
+    thunk()
+    return [np.array(o.storage[0], copy=True) for o in outs]
+
+
+def test_random_programs_exercise_both_paths():
+    """The property test below saw proven and validated changes (it runs first in this file)."""
+    TOTALS.update(proven=0, validated=0)
+    test_same_destroy_maps_and_values_as_pytensor()
+    assert TOTALS["proven"] > 10 and TOTALS["validated"] > 10, TOTALS
+
+
+@settings(max_examples=60, deadline=None)
+@given(programs())
+def test_same_destroy_maps_and_values_as_pytensor(program):
+    reference = fgraph_of(program)
+    stock, fast = run(fgraph_of(program), False), run(fgraph_of(program), True)
+    assert equal_computations(stock.outputs, fast.outputs, stock.inputs, fast.inputs)
+    assert destroy_maps(stock) == destroy_maps(fast)
+    stock.validate(), fast.validate()
+    values = [np.linspace(0.1, 0.9, N) * (i + 1) for i in range(len(fast.inputs))]
+    for want, got in zip(evaluate(reference, values), evaluate(fast, values), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def test_proven_changes_happen_and_others_are_validated():
+    x = pt.dvector("x")
+    a = pt.exp(x)
+    b = pt.sin(a) + 1.0  # a's only reader: proven
+    c = a * 2.0  # a read twice after: validated
+    fg, _ = std_fgraph([In(x)], [Out(pt.exp(b) + c)])
+    _stock("add_destroy_handler").add_requirements(fg)
+    run(fg, True)
+    counts = fg._pmfast_inplace_fast
+    assert counts["proven"] >= 1 and counts["validated"] >= 1
+
+
+def _single_change(fg, node, index):
+    """Replace ``node`` (an Elemwise) by its in-place version destroying input ``index``."""
+    op = node.op
+    new = type(op)(op.scalar_op, {0: index}).make_node(*node.inputs)
+    return list(zip(node.outputs, new.outputs))
+
+
+def _fast_graph(outputs, inputs):
+    fg, _ = std_fgraph([In(x) for x in inputs], [Out(o) for o in outputs])
+    _stock("add_destroy_handler").add_requirements(fg)
+    return fg
+
+
+def _node(fg, cls_name):
+    return next(n for n in fg.toposort() if cls_name in str(n.op))
+
+
+@pytest.mark.parametrize("case", ["cycle", "protected_input", "graph_output", "view", "two_readers"])
+def test_unsafe_changes_are_never_taken_unvalidated(case):
+    """Changes pytensor's validation must judge are validated (and rejected where it rejects them)."""
+    x, y = pt.dvector("x"), pt.dvector("y")
+    if case == "cycle":  # destroying e in e + 1 forces e * f (which reads that sum) first: a cycle
+        e = pt.exp(x)
+        f = e + 1.0
+        outputs, target, index = [e * f], "Add", 0
+    elif case == "protected_input":  # x is a non-mutable graph input
+        outputs, target, index = [pt.exp(x + y)], "Add", 0
+    elif case == "graph_output":  # exp(x) is an output of the graph
+        e = pt.exp(x)
+        outputs, target, index = [e, pt.sin(e + y)], "Add", 0
+    elif case == "view":  # x[::-1] is a view of the protected x
+        outputs, target, index = [pt.exp(x[::-1] + y)], "Add", 0
+    else:
+        e = pt.exp(x)
+        outputs, target, index = [pt.cos(e + y) * e], "Add", 0
+    fg = _fast_graph(outputs, [x, y])
+    node = _node(fg, target)
+    with inplace_fast.FastValidation(fg, check=True) as fast:
+        changes = _single_change(fg, node, index)
+        try:
+            fg.replace_all_validate(changes, reason="test")
+            accepted = True
+        except InconsistencyError:
+            accepted = False
+    assert fast.stats["proven"] == 0 and fast.stats["validated"] == 1
+    # pytensor's own decision on a fresh copy of the graph
+    fg2 = _fast_graph(outputs, [x, y])
+    try:
+        fg2.replace_all_validate(_single_change(fg2, _node(fg2, target), index), reason="test")
+        expected = True
+    except InconsistencyError:
+        expected = False
+    assert accepted == expected
+    if case in ("cycle", "protected_input", "graph_output", "view"):
+        assert not accepted
+    fg.validate()
+
+
+def test_usable_declines_unknown_validators_and_invalid_graphs():
+    from pytensor.graph.features import Feature
+
+    class Strict(Feature):
+        def validate(self, fgraph):
+            return True
+
+    x = pt.dvector("x")
+    fg = _fast_graph([pt.exp(pt.sin(x))], [x])
+    assert inplace_fast.FastValidation.usable(fg)
+    fg.attach_feature(Strict())
+    assert not inplace_fast.FastValidation.usable(fg)
+
+
+def test_has_destroyers_matches_pytensor():
+    x = pt.dvector("x")
+    a = pt.exp(x)
+    r = a[::-1]
+    s = pt.inc_subtensor(r[1:], 1.0)
+    out = s + a[:1].sum()
+    fg = _fast_graph([out], [x])
+    run(fg, True)
+    for var in fg.variables:
+        assert inplace_fast.has_destroyers(fg, [var]) == fg.has_destroyers([var])
+
+
+def test_mode_wiring():
+    query = pmfast.get_mode("all").provided_optimizer
+    assert inplace_fast.TAG in query.include
+    assert set(inplace_fast.WRAPPED) <= set(query.exclude)
+    stock = pmfast.get_mode("none").provided_optimizer
+    assert inplace_fast.TAG not in stock.include and "inplace_elemwise" not in stock.exclude
+    # the wrapper sits where the stock entry sat
+    positions = optdb.__position__
+    for name in inplace_fast.WRAPPED:
+        assert positions[name + inplace_fast.SUFFIX] == positions[name]
+
+
+def test_switch_off_runs_pytensor_path(monkeypatch):
+    monkeypatch.setenv("PMFAST_INPLACE_FAST", "0")
+    x = pt.dvector("x")
+    fg = _fast_graph([pt.exp(pt.sin(x) + 1.0)], [x])
+    inplace_fast.FastInplace(_stock("inplace_elemwise")).apply(fg)
+    assert not hasattr(fg, "_pmfast_inplace_fast")
+    assert any(n.op.destroy_map for n in fg.apply_nodes)
+
+
+def test_compiled_function_values():
+    x = pt.dvector("x")
+    a = pt.exp(x)
+    b = pt.set_subtensor((a * 2.0)[:2], 0.0)
+    out = [b + a, b.sum()]
+    fn = pytensor.function([x], out, mode=pytensor.compile.mode.Mode("py", pmfast.get_mode("all").provided_optimizer))
+    v = np.array([0.1, 0.2, 0.3])
+    e = np.exp(v)
+    want = np.where(np.arange(3) < 2, 0.0, 2 * e)
+    np.testing.assert_allclose(fn(v)[0], want + e)
+    assert fn.maker.fgraph._pmfast_inplace_fast["proven"] >= 1
