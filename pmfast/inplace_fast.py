@@ -41,6 +41,8 @@ from collections import Counter
 
 from pytensor.graph.rewriting.basic import GraphRewriter
 
+from pmfast.inplace_order import TopologicalOrder, view_tree
+
 #: stock rewriters run wrapped in pmfast's mode (optdb entry names)
 WRAPPED = (
     "blockwise_inplace",
@@ -92,47 +94,119 @@ def has_destroyers(fgraph, variables) -> bool:
     return False
 
 
-def proven(fgraph, old, new, nodes_before: int, protected: frozenset) -> bool:
-    """Whether replacing node ``old`` by ``new`` (already done) provably keeps the graph valid.
+VALID, INVALID = "valid", "invalid"
 
-    True only for the change the module docstring argues safe: ``old`` left the graph and ``new``
-    entered it, nothing else did, with the same inputs, neither a view and ``old`` no destroyer,
-    and each input ``new`` destroys (one input per output, distinct) read by ``new`` alone, once,
-    not a view, viewed, graph input, constant, protected or indestructible variable; the outputs
-    ``new`` destroys into are no graph outputs. False means: validate as pytensor does.
+
+def judge(
+    fgraph, old, new, nodes_before: int, protected: frozenset, supervised: bool, kept_outputs: frozenset, positions
+) -> tuple[str | None, list]:
+    """pytensor's validation of the graph after replacing node ``old`` by ``new`` (done), when it is certain.
+
+    Only for a change that turned ``old`` (no destroyer, no view) into ``new`` (same inputs, no
+    view), nothing else entering or leaving the graph; otherwise ``None``. For each input ``v``
+    that ``new`` destroys (one per output, distinct), its *tree* (its view root and every view of
+    that root) decides:
+
+    * :data:`INVALID` (pytensor's validation raises ``InconsistencyError``) when another node
+      already destroys a variable of the tree or ``new`` destroys two inputs of one tree (multiple
+      destroyers), the tree holds a constant or indestructible variable, or, with a ``Supervisor``
+      attached, a protected variable or a graph output, or ``new`` reads the tree at another
+      input the op does not tolerate (input aliasing), or an output ``new`` destroys into is a
+      graph output a ``NoOutputFromInplace`` keeps (its index in ``kept_outputs``);
+    * otherwise :data:`VALID` when no other input of ``new`` lies in the tree (no input aliasing),
+      provided the caller orders the returned *late* readers before ``new`` without a cycle
+      (:meth:`TopologicalOrder.add_before`): the readers of the tree other than ``new`` that do
+      not come before ``old`` in ``positions`` (a topological order of the graph before the change,
+      destroy orderings included). The orderings added ("readers before ``new``") then point
+      forward and every other destroyer's orderings are the old ones with ``old`` renamed ``new``,
+      so no cycle appears. ``positions`` is ``None`` when no order is at hand (a tree with readers
+      is then not judged);
+    * ``None`` otherwise.
     """
-    if old is None or new is None or old is new:
-        return False
-    nodes = fgraph.apply_nodes
-    if old in nodes or new not in nodes or len(nodes) != nodes_before:
-        return False
-    if old.op.destroy_map or old.op.view_map or new.op.view_map:
-        return False
-    if len(new.inputs) != len(old.inputs) or any(a is not b for a, b in zip(new.inputs, old.inputs)):
-        return False
-    destroy_map = new.op.destroy_map
-    if not destroy_map:
-        return False
+    from pytensor.graph.basic import Constant
     from pytensor.graph.fg import Output
 
+    if old is None or new is None or old is new:
+        return None, []
+    nodes = fgraph.apply_nodes
+    if old in nodes or new not in nodes or len(nodes) != nodes_before:
+        return None, []
+    if old.op.destroy_map or old.op.view_map or new.op.view_map:
+        return None, []
+    if len(new.inputs) != len(old.inputs) or any(a is not b for a, b in zip(new.inputs, old.inputs)):
+        return None, []
+    destroy_map = new.op.destroy_map
+    if not destroy_map or any(len(inputs) != 1 for inputs in destroy_map.values()):
+        return None, []
     handler = fgraph.destroy_handler
     clients = fgraph.clients
-    seen = set()
-    for out_idx, inputs in destroy_map.items():
-        if len(inputs) != 1 or inputs[0] in seen:
-            return False
-        (i,) = inputs
-        seen.add(i)
+    verdict = VALID
+    roots = set()
+    late = []
+    for out_idx, (i,) in destroy_map.items():
+        if any(isinstance(node.op, Output) and node.op.idx in kept_outputs for node, _ in clients.get(new.outputs[out_idx], ())):
+            return INVALID, []
         v = new.inputs[i]
-        if v.owner is None or v in protected or getattr(v.tag, "indestructible", False):
-            return False
-        if clients.get(v) != [(new, i)]:
-            return False
-        if v in handler.view_i or handler.view_o.get(v):
-            return False
-        if any(isinstance(node.op, Output) for node, _ in clients.get(new.outputs[out_idx], ())):
-            return False
-    return True
+        tree = view_tree(handler, v)
+        if tree[0] in roots:
+            return INVALID, []
+        roots.add(tree[0])
+        members = set(tree)
+        if aliased(new, i, members):
+            return INVALID, []
+        readers = []
+        for t in tree:
+            if isinstance(t, Constant) or getattr(t.tag, "indestructible", False):
+                return INVALID, []
+            if supervised and t in protected:
+                return INVALID, []
+            for node, j in clients.get(t, ()):
+                if node is new:
+                    continue
+                if isinstance(node.op, Output):
+                    if supervised:
+                        return INVALID, []
+                    verdict = None
+                    continue
+                node_destroys = node.op.destroy_map
+                if node_destroys and any(j in inputs for inputs in node_destroys.values()):
+                    return INVALID, []
+                readers.append(node)
+        if readers and verdict is VALID:
+            if positions is None or old not in positions:
+                verdict = None
+            else:
+                here = positions[old]
+                if any(r not in positions for r in readers):
+                    verdict = None
+                else:
+                    late.extend(r for r in readers if positions[r] > here)
+    return verdict, (late if verdict is VALID else [])
+
+
+def aliased(node, i: int, members) -> bool:
+    """DestroyHandler's input aliasing rule: ``node`` destroying input ``i`` reads the same tree
+    (``members``) at another input, not excused by the op's ``destroyhandler_tolerate_same`` (the
+    same variable) or ``destroyhandler_tolerate_aliased`` (any alias) pairs."""
+    op = node.op
+    tolerated = {b for a, b in getattr(op, "destroyhandler_tolerate_same", []) if a == i} | {i}
+    ignored = {b for a, b in getattr(op, "destroyhandler_tolerate_aliased", []) if a == i}
+    v = node.inputs[i]
+    return any(
+        j not in ignored and inp in members and (j not in tolerated or inp is not v) for j, inp in enumerate(node.inputs)
+    )
+
+
+def has_readers(fgraph, old, new) -> bool:
+    """Before replacing ``old`` by ``new``: whether a tree (:func:`view_tree`) of an input ``new``
+    destroys has a client besides ``old`` (then :func:`judge` needs a topological order)."""
+    handler, clients = fgraph.destroy_handler, fgraph.clients
+    for inputs in new.op.destroy_map.values():
+        for i in inputs:
+            for t in view_tree(handler, new.inputs[i]):
+                if any(client is not old for client, _ in clients.get(t, ())):
+                    return True
+    return False
 
 
 class FastValidation:
@@ -140,14 +214,18 @@ class FastValidation:
 
     def __init__(self, fgraph, check: bool = False):
         from pytensor.compile.function.types import Supervisor
-        from pytensor.graph.features import ReplaceValidate
+        from pytensor.graph.features import NoOutputFromInplace, ReplaceValidate
 
         self.fgraph = fgraph
         #: tests: validate proven changes anyway and compare ``has_destroyers`` with pytensor's (AssertionError if they differ)
         self.check = check
         self.stats: Counter = Counter()
         self.checker = next(f for f in fgraph._features if isinstance(f, ReplaceValidate))
-        self.protected = frozenset(v for f in fgraph._features if isinstance(f, Supervisor) for v in f.protected)
+        supervisors = [f for f in fgraph._features if isinstance(f, Supervisor)]
+        self.supervised = bool(supervisors)
+        self.protected = frozenset(v for f in supervisors for v in f.protected)
+        self.kept_outputs = frozenset(i for f in fgraph._features if isinstance(f, NoOutputFromInplace) for i in f.protected_out_ids)
+        self.order: TopologicalOrder | None = None
 
     @staticmethod
     def usable(fgraph) -> bool:
@@ -194,17 +272,28 @@ class FastValidation:
         self.stats["check_failed"] += 1
         raise AssertionError(what)
 
+    def topological_order(self) -> TopologicalOrder:
+        """A topological order of the (valid) graph, destroy orderings included; kept through the
+        changes :func:`judge` accepts, dropped after any other accepted change."""
+        if self.order is None:
+            self.order = TopologicalOrder(self.fgraph)
+        return self.order
+
     def replace_all_validate(self, replacements, reason=None, verbose=None, **kwargs):
-        """pytensor's ``replace_all_validate``, its validation skipped when :func:`proven`."""
+        """pytensor's ``replace_all_validate``, its validation replaced by :func:`judge`'s verdict when it has one."""
+        from pytensor.graph.utils import InconsistencyError
+
         fgraph = self.fgraph
         replacements = list(replacements)
         if verbose or not replacements:
             return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
         old = replacements[0][0].owner
         new = replacements[0][1].owner
-        if any(r.owner is not old or n.owner is not new for r, n in replacements):
+        if old is None or new is None or any(r.owner is not old or n.owner is not new for r, n in replacements):
             self.stats["validated"] += 1
+            self.order = None
             return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
+        order = self.topological_order() if has_readers(fgraph, old, new) else self.order
         chk = fgraph.checkpoint()
         nodes_before = len(fgraph.apply_nodes)
         try:
@@ -214,7 +303,20 @@ class FastValidation:
             # pytensor's own path reports and raises the failure as it does
             fgraph.revert(chk)
             return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
-        if not self.checker.fail_validate and proven(fgraph, old, new, nodes_before, self.protected):
+        verdict, late = None, []
+        if not self.checker.fail_validate:
+            verdict, late = judge(
+                fgraph, old, new, nodes_before, self.protected, self.supervised, self.kept_outputs, order and order.pos
+            )
+        if verdict is VALID and order is not None:
+            order.rename(old, new)
+            if late and not order.add_before(late, new):
+                order.rename(new, old)
+                verdict = INVALID
+                self.stats["cycle"] += 1
+            elif late:
+                self.stats["reordered"] += 1
+        if verdict is VALID:
             self.stats["proven"] += 1
             if self.check:
                 try:
@@ -222,12 +324,24 @@ class FastValidation:
                 except Exception as error:
                     self._failed(f"proven change of {old} failed validation: {error}")
             return chk
+        if verdict is INVALID:
+            self.stats["refuted"] += 1
+            if self.check:
+                try:
+                    fgraph.validate()
+                except InconsistencyError:
+                    pass
+                else:
+                    self._failed(f"refuted change of {old} passed validation")
+            fgraph.revert(chk)
+            raise InconsistencyError(f"in-place change of {old} refuted (multiple destroyers or a protected variable)")
         self.stats["validated"] += 1
         try:
             fgraph.validate()
         except Exception:
             fgraph.revert(chk)
             raise
+        self.order = None
         return chk
 
 
