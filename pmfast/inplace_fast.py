@@ -1,35 +1,35 @@
-"""pytensor's in-place rewrites without a whole-graph validation for the changes that need none.
+"""pytensor's in-place rewrites with each change judged locally instead of by a whole-graph validation.
 
-Every candidate of pytensor's in-place rewrites (``inplace_elemwise``, ``local_inplace_setsubtensor``,
+Every candidate of pytensor's in-place rewriters (``inplace_elemwise``, ``local_inplace_setsubtensor``,
 ``blockwise_inplace``, ``local_inplace_AdvancedIncSubtensor*``) goes through
 ``fgraph.replace_all_validate``: the replacement, then ``fgraph.validate()``, whose DestroyHandler
-rebuilds the destroyed roots and the orderings of every destroyer and checks the whole graph for
-a cycle. That is O(graph) per candidate, O(graph²) per stage. Its ``has_destroyers``, asked for
-every candidate input, rebuilds the destroyed roots after every change too.
+rebuilds the destroyed roots and the orderings of every destroyer and checks the whole graph for a
+cycle: O(graph) per candidate, O(graph²) per stage. Its ``has_destroyers``, asked for every
+candidate input, rebuilds the destroyed roots after every change too.
 
-Inside pmfast's mode these rewriters run wrapped (:class:`FastInplace`), on their fgraph only and
-only while they run, with two stand-ins:
+In pmfast's mode these rewriters run wrapped (:class:`FastInplace`), on their fgraph only and only
+while they run, with two stand-ins:
 
-* ``fgraph.replace_all_validate`` makes the replacement as pytensor's does and then skips the
-  validation when :func:`proven` shows, from the graph after the change, that the change only
-  turned one node ``N`` into ``N'`` (same inputs, no views) destroying inputs that nothing else
-  reads. Every other change is validated as before (and reverted when that fails);
-* ``fgraph.has_destroyers`` answers from the destroyed input's view tree (:func:`has_destroyers`)
-  instead of rebuilding every destroyed root after each change.
+* ``fgraph.replace_all_validate`` makes the replacement as pytensor's does, then asks
+  :func:`judge` what the validation would answer. A change that turned one node ``N`` into ``N'``
+  (same inputs, neither a view, ``N`` no destroyer) is decided from the trees ``N'`` destroys
+  (each destroyed input's view root and its views): certain failures (multiple destroyers, a
+  constant, indestructible, protected or output variable destroyed, input aliasing, an output
+  ``NoOutputFromInplace`` keeps) are reverted and raised as ``InconsistencyError``, as the
+  validation would; otherwise the only new orderings are "every other reader of the tree before
+  ``N'``", and a kept topological order (:class:`pmfast.inplace_order.TopologicalOrder`) decides
+  whether they close a cycle: readers already before ``N`` add forward edges; for later ones a
+  search bounded by their positions either finds a path from ``N'`` (a cycle: refused) or
+  repairs the order. Every other destroyer's orderings are the old ones with ``N`` renamed
+  ``N'``. Every other change (new nodes, views, ...) is validated by pytensor, and the order is
+  rebuilt when one is accepted;
+* ``fgraph.has_destroyers`` answers from the variable's view tree (:func:`has_destroyers`).
 
-Why skipping is safe, given the graph was valid before the change (checked once when the wrapper
-starts; every later change is either proven or validated, and a rejected change is reverted): a
-destroyed input ``v`` that is not a view, has no views, is not a graph input, constant, output,
-protected or indestructible variable and whose only client is ``N'`` (once) adds a destroyed root
-whose impact is ``{v}`` and whose readers other than ``N'`` are none: no ordering, no input
-aliasing, no second destroyer, nothing protected destroyed. Every other destroyer's impact and
-orderings are the old ones with ``N`` renamed ``N'`` (``N'`` has ``N``'s inputs and clients and
-``N`` was no destroyer or view), so the ordered graph is the old one renamed: no cycle. The output
-``N'`` destroys into is no graph output, so ``NoOutputFromInplace`` holds. So every feature's
-``validate`` would pass: pytensor's decision is the same. The wrapper declines to act (pytensor's
-path throughout) when a feature with a ``validate`` it does not know is attached, with the
-DestroyHandler's ``fast`` cycle detection, with ``optimizer_verbose``, or when the graph does not
-validate at the start.
+The argument needs the graph valid before each change: checked when a wrapper starts (else it
+stays out of the way); every later change is judged or validated and a refused one is reverted.
+The wrapper also stays out of the way when a feature whose ``validate`` it does not account for is
+attached, under the DestroyHandler's ``fast`` cycle detection and with ``optimizer_verbose``.
+``check=True`` (tests) validates every judged change as well and counts disagreements.
 
 ``PMFAST_INPLACE_FAST=0`` runs the wrapped rewriters exactly as pytensor's.
 """
@@ -56,12 +56,12 @@ SUFFIX = ".pmfast_fast"
 
 
 def enabled() -> bool:
-    """Whether the wrappers skip proven validations (``PMFAST_INPLACE_FAST=0``: pytensor's path)."""
+    """Whether the wrappers judge changes locally (``PMFAST_INPLACE_FAST=0``: pytensor's path)."""
     return os.environ.get("PMFAST_INPLACE_FAST", "1") != "0"
 
 
 def _known_validators() -> tuple[type, ...]:
-    """Feature classes whose ``validate`` :func:`proven` accounts for."""
+    """Feature classes whose ``validate`` :func:`judge` accounts for."""
     from pytensor.compile.function.types import Supervisor
     from pytensor.graph.destroyhandler import DestroyHandler
     from pytensor.graph.features import NoOutputFromInplace, ReplaceValidate
@@ -302,6 +302,7 @@ class FastValidation:
         except Exception:
             # pytensor's own path reports and raises the failure as it does
             fgraph.revert(chk)
+            self.order = None
             return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
         verdict, late = None, []
         if not self.checker.fail_validate:
