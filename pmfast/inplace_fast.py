@@ -102,10 +102,11 @@ def judge(
 ) -> tuple[str | None, list]:
     """pytensor's validation of the graph after replacing node ``old`` by ``new`` (done), when it is certain.
 
-    Only for a change that turned ``old`` (no destroyer, no view) into ``new`` (same inputs, no
-    view), nothing else entering or leaving the graph; otherwise ``None``. For each input ``v``
-    that ``new`` destroys (one per output, distinct), its *tree* (its view root and every view of
-    that root) decides:
+    Only for a change that turned ``old`` (no view) into ``new`` (same inputs, no view, destroying
+    what ``old`` destroyed and more), nothing else entering or leaving the graph; otherwise
+    ``None``. The inputs ``old`` destroyed keep their orderings (renamed) and are checked for
+    input aliasing only; for each input ``v`` that ``new`` destroys anew (one per output,
+    distinct), its *tree* (its view root and every view of that root) decides:
 
     * :data:`INVALID` (pytensor's validation raises ``InconsistencyError``) when another node
       already destroys a variable of the tree or ``new`` destroys two inputs of one tree (multiple
@@ -131,12 +132,15 @@ def judge(
     nodes = fgraph.apply_nodes
     if old in nodes or new not in nodes or len(nodes) != nodes_before:
         return None, []
-    if old.op.destroy_map or old.op.view_map or new.op.view_map:
+    if old.op.view_map or new.op.view_map:
+        return None, []
+    before = old.op.destroy_map
+    if any(new.op.destroy_map.get(out_idx) != inputs for out_idx, inputs in before.items()):
         return None, []
     if len(new.inputs) != len(old.inputs) or any(a is not b for a, b in zip(new.inputs, old.inputs)):
         return None, []
     destroy_map = new.op.destroy_map
-    if not destroy_map or any(len(inputs) != 1 for inputs in destroy_map.values()):
+    if len(destroy_map) == len(before) or any(len(inputs) != 1 for inputs in destroy_map.values()):
         return None, []
     handler = fgraph.destroy_handler
     clients = fgraph.clients
@@ -154,6 +158,8 @@ def judge(
         members = set(tree)
         if aliased(new, i, members):
             return INVALID, []
+        if out_idx in before:
+            continue
         readers = []
         for t in tree:
             if isinstance(t, Constant) or getattr(t.tag, "indestructible", False):
@@ -319,6 +325,8 @@ class FastValidation:
                 self.stats["reordered"] += 1
         if verdict is VALID:
             self.stats["proven"] += 1
+            if old.op.destroy_map:
+                self.stats["widened"] += 1
             if self.check:
                 try:
                     fgraph.validate()

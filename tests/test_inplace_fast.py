@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytensor
+import pytensor.scalar as ps
 import pytensor.tensor as pt
 import pytest
 from hypothesis import given, settings
@@ -12,6 +13,7 @@ from pytensor.compile.io import In, Out
 from pytensor.graph.basic import equal_computations
 from pytensor.graph.utils import InconsistencyError
 from pytensor.link.basic import PerformLinker
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.subtensor import advanced_inc_subtensor1
 
 import pmfast
@@ -35,10 +37,18 @@ def programs(draw):
     mutable = [draw(st.booleans()) for _ in range(n_in)]
     steps = []
     for _ in range(draw(st.integers(1, 14))):
-        kind = draw(st.sampled_from(["unary", "binary", "binary", "ternary", "reverse", "slice_sum", "set", "inc", "adv_inc"]))
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "ternary", "two_outputs", "reverse", "slice_sum", "set", "inc", "adv_inc"]))
         steps.append((kind, draw(st.integers(0, 10**6)), draw(st.integers(0, 10**6)), draw(st.integers(0, 10**6))))
     outs = draw(st.lists(st.integers(0, 10**6), min_size=1, max_size=4))
     return n_in, mutable, steps, outs
+
+
+def _two_outputs():
+    a, b, c = (ps.float64(n) for n in "abc")
+    return Elemwise(ps.Composite([a, b, c], [a * b + c, ps.exp(a) - b]))
+
+
+TWO_OUTPUTS = _two_outputs()
 
 
 def build(program):
@@ -57,6 +67,10 @@ def build(program):
             v = [pt.add, pt.mul, pt.sub][c % 3](x, y)
         elif kind == "ternary":
             v = x * y + z
+        elif kind == "two_outputs":  # a fused node with two outputs: in-place on both, or one at a time
+            first, second = TWO_OUTPUTS(x, y, z)
+            vs.append(first)
+            v = second
         elif kind == "reverse":
             v = x[::-1]
         elif kind == "slice_sum":
@@ -76,7 +90,7 @@ def build(program):
 
 def fgraph_of(program):
     xs, mutable, outputs = build(program)
-    fg, _ = std_fgraph([In(x, mutable=m) for x, m in zip(xs, mutable)], [Out(o) for o in outputs])
+    fg, _ = std_fgraph([In(x, mutable=m) for x, m in zip(xs, mutable)], [Out(o) for o in outputs], force_clone=True)
     _stock("add_destroy_handler").add_requirements(fg)
     return fg
 
@@ -139,7 +153,7 @@ def test_changes_outside_the_proof_are_validated():
     zeros = pt.zeros(5)
     a = advanced_inc_subtensor1(zeros, y[:3], np.array([0, 1, 1]))
     b = advanced_inc_subtensor1(zeros, pt.exp(y[:2]), np.array([2, 3]))
-    fg, _ = std_fgraph([In(y)], [Out(a * b)])
+    fg, _ = std_fgraph([In(y)], [Out(a * b)], force_clone=True)
     _stock("add_destroy_handler").add_requirements(fg)
     run(fg, True)
     counts = fg._pmfast_inplace_fast
@@ -148,8 +162,22 @@ def test_changes_outside_the_proof_are_validated():
     assert destroy_maps(stock) == destroy_maps(fg)
 
 
+def test_one_output_at_a_time():
+    """A two-output node whose first candidate input closes a cycle: pytensor's rewriter then makes
+    it in-place one output at a time, the second change widening an in-place node (judged too)."""
+    x = pt.dvector("x")
+    a, b, c = pt.exp(x), pt.sin(x), pt.cos(x)
+    first, second = TWO_OUTPUTS(a, b, c)
+    outputs = [first + second * a]
+    fast = run(fgraph_of_outputs(outputs, [x]), True)
+    stock = run(fgraph_of_outputs(outputs, [x]), False)
+    assert destroy_maps(stock) == destroy_maps(fast)
+    assert fast._pmfast_inplace_fast["widened"] == 1, fast._pmfast_inplace_fast
+    assert {0: [1], 1: [2]} in [n.op.destroy_map for n in fast.apply_nodes]
+
+
 def fgraph_of_outputs(outputs, inputs):
-    fg, _ = std_fgraph([In(x) for x in inputs], [Out(o) for o in outputs])
+    fg, _ = std_fgraph([In(x) for x in inputs], [Out(o) for o in outputs], force_clone=True)
     _stock("add_destroy_handler").add_requirements(fg)
     return fg
 
@@ -162,7 +190,7 @@ def _single_change(fg, node, index):
 
 
 def _fast_graph(outputs, inputs):
-    fg, _ = std_fgraph([In(x) for x in inputs], [Out(o) for o in outputs])
+    fg, _ = std_fgraph([In(x) for x in inputs], [Out(o) for o in outputs], force_clone=True)
     _stock("add_destroy_handler").add_requirements(fg)
     return fg
 
