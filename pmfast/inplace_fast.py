@@ -319,10 +319,12 @@ class FastValidation:
             order.rename(old, new)
             if late and not order.add_before(late, new):
                 order.rename(new, old)
+                order.refused(new)
                 verdict = INVALID
                 self.stats["cycle"] += 1
-            elif late:
-                self.stats["reordered"] += 1
+            else:
+                order.accepted(new)
+                self.stats["reordered"] += bool(late)
         if verdict is VALID:
             self.stats["proven"] += 1
             if old.op.destroy_map:

@@ -42,22 +42,40 @@ class TopologicalOrder:
     def __init__(self, fgraph):
         self.fgraph = fgraph
         self.pos = {node: k for k, node in enumerate(fgraph.toposort())}
+        #: view root -> the node destroying its tree (or None), filled on demand
+        self.destroyer: dict = {}
 
     def rename(self, old, new) -> None:
         """``new`` takes ``old``'s place (a change that kept every edge, ``old`` renamed ``new``)."""
         self.pos[new] = self.pos.pop(old)
 
-    def _tree_destroyer(self, var, cache: dict):
+    def destroyed_roots(self, node) -> list:
+        """The view roots of the inputs ``node`` destroys."""
+        handler = self.fgraph.destroy_handler
+        return [view_tree(handler, node.inputs[i])[0] for inputs in node.op.destroy_map.values() for i in inputs]
+
+    def accepted(self, new) -> None:
+        """``new`` now destroys its trees (a change :func:`~pmfast.inplace_fast.judge` took)."""
+        for root in self.destroyed_roots(new):
+            self.destroyer[root] = new
+
+    def refused(self, new) -> None:
+        """A change making ``new`` destroy its trees is about to be reverted: forget what was learnt of them."""
+        for root in self.destroyed_roots(new):
+            self.destroyer.pop(root, None)
+
+    def _tree_destroyer(self, var):
         """The node destroying a variable of ``var``'s tree, or ``None``."""
         handler, clients = self.fgraph.destroy_handler, self.fgraph.clients
         root = var
         while root in handler.view_i:
             root = handler.view_i[root]
+        cache = self.destroyer
         if root not in cache:
             cache[root] = next((n for t in view_tree(handler, root) for n, j in clients.get(t, ()) if destroys(n, j)), None)
         return cache[root]
 
-    def successors(self, node, cache: dict):
+    def successors(self, node):
         from pytensor.graph.fg import Output
 
         clients = self.fgraph.clients
@@ -66,7 +84,7 @@ class TopologicalOrder:
                 if not isinstance(client.op, Output):
                     yield client
         for var in node.inputs:
-            destroyer = self._tree_destroyer(var, cache)
+            destroyer = self._tree_destroyer(var)
             if destroyer is not None and destroyer is not node:
                 yield destroyer
 
@@ -84,29 +102,30 @@ class TopologicalOrder:
 
     def add_before(self, readers, node) -> bool:
         """Order each of ``readers`` (all placed after ``node``) before ``node``; ``False``, changing
-        nothing, when one is reachable from ``node`` (the orderings would close a cycle)."""
+        nothing, when ``node`` reaches one of them (the orderings would close a cycle).
+
+        First the nodes reaching a reader from after ``node`` (a cycle if ``node`` is one), then the
+        nodes ``node`` reaches up to the last reader; the first set moves before the second."""
         pos = self.pos
         lower = pos[node]
         upper = max(pos[r] for r in readers)
-        targets = set(readers)
-        cache: dict = {}
+        backward = set(readers)
+        stack = list(readers)
+        while stack:
+            x = stack.pop()
+            for y in self.predecessors(x):
+                if y is node:
+                    return False
+                if y not in backward and pos[y] > lower:
+                    backward.add(y)
+                    stack.append(y)
         forward = {node}
         stack = [node]
         while stack:
             x = stack.pop()
-            for y in self.successors(x, cache):
-                if y in targets:
-                    return False
+            for y in self.successors(x):
                 if y not in forward and pos[y] <= upper:
                     forward.add(y)
-                    stack.append(y)
-        backward = set(targets)
-        stack = list(targets)
-        while stack:
-            x = stack.pop()
-            for y in self.predecessors(x):
-                if y not in backward and pos[y] > lower:
-                    backward.add(y)
                     stack.append(y)
         slots = sorted(pos[n] for n in (*backward, *forward))
         ordered = sorted(backward, key=pos.__getitem__) + sorted(forward, key=pos.__getitem__)
