@@ -285,6 +285,24 @@ class FastValidation:
             self.order = TopologicalOrder(self.fgraph)
         return self.order
 
+    def verdict(self, old, new, nodes_before: int, order) -> str | None:
+        """:func:`judge`'s verdict on the change just made, its late readers ordered before ``new``
+        in ``order`` (a cycle refutes the change)."""
+        if self.checker.fail_validate:
+            return None
+        positions = None if order is None else order.pos
+        verdict, late = judge(self.fgraph, old, new, nodes_before, self.protected, self.supervised, self.kept_outputs, positions)
+        if verdict is VALID and order is not None:
+            order.rename(old, new)
+            order.accepted(new)
+            if late and not order.add_before(late, new):
+                order.refused(new)
+                order.rename(new, old)
+                self.stats["cycle"] += 1
+                return INVALID
+            self.stats["reordered"] += bool(late)
+        return verdict
+
     def replace_all_validate(self, replacements, reason=None, verbose=None, **kwargs):
         """pytensor's ``replace_all_validate``, its validation replaced by :func:`judge`'s verdict when it has one."""
         from pytensor.graph.utils import InconsistencyError
@@ -299,7 +317,12 @@ class FastValidation:
             self.stats["validated"] += 1
             self.order = None
             return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
-        order = self.topological_order() if has_readers(fgraph, old, new) else self.order
+        try:
+            order = self.topological_order() if has_readers(fgraph, old, new) else self.order
+        except Exception:
+            if self.check:
+                raise
+            order = self.order = None
         chk = fgraph.checkpoint()
         nodes_before = len(fgraph.apply_nodes)
         try:
@@ -310,21 +333,14 @@ class FastValidation:
             fgraph.revert(chk)
             self.order = None
             return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
-        verdict, late = None, []
-        if not self.checker.fail_validate:
-            verdict, late = judge(
-                fgraph, old, new, nodes_before, self.protected, self.supervised, self.kept_outputs, order and order.pos
-            )
-        if verdict is VALID and order is not None:
-            order.rename(old, new)
-            if late and not order.add_before(late, new):
-                order.rename(new, old)
-                order.refused(new)
-                verdict = INVALID
-                self.stats["cycle"] += 1
-            else:
-                order.accepted(new)
-                self.stats["reordered"] += bool(late)
+        try:
+            verdict = self.verdict(old, new, nodes_before, order)
+        except Exception:
+            # never worse than pytensor: an unexpected failure here leaves the decision to its validation
+            if self.check:
+                raise
+            self.stats["judge_failed"] += 1
+            verdict = self.order = None
         if verdict is VALID:
             self.stats["proven"] += 1
             if old.op.destroy_map:

@@ -55,7 +55,8 @@ class TopologicalOrder:
         return [view_tree(handler, node.inputs[i])[0] for inputs in node.op.destroy_map.values() for i in inputs]
 
     def accepted(self, new) -> None:
-        """``new`` now destroys its trees (a change :func:`~pmfast.inplace_fast.judge` took)."""
+        """``new`` now destroys its trees (a change :func:`~pmfast.inplace_fast.judge` took, or is
+        about to take: a search must not meet the node ``new`` replaced as a destroyer)."""
         for root in self.destroyed_roots(new):
             self.destroyer[root] = new
 
