@@ -361,7 +361,7 @@ class FastValidation:
                 else:
                     self._failed(f"refuted change of {old} passed validation")
             fgraph.revert(chk)
-            raise InconsistencyError(f"in-place change of {old} refuted (multiple destroyers or a protected variable)")
+            raise InconsistencyError("in-place change refuted (multiple destroyers, a protected variable, aliasing or a cycle)")
         self.stats["validated"] += 1
         try:
             fgraph.validate()
