@@ -31,7 +31,8 @@ The wrapper also stays out of the way when a feature whose ``validate`` it does 
 attached, under the DestroyHandler's ``fast`` cycle detection and with ``optimizer_verbose``.
 ``check=True`` (tests) validates every judged change as well and counts disagreements.
 
-``PMFAST_INPLACE_FAST=0`` runs the wrapped rewriters exactly as pytensor's.
+``PMFAST_INPLACE_FAST=0`` runs the wrapped rewriters exactly as pytensor's; ``=check`` runs the
+judged path in check mode (every judgement validated as well; slow, for verification).
 """
 
 from __future__ import annotations
@@ -385,7 +386,8 @@ class FastInplace(GraphRewriter):
     def apply(self, fgraph, *args, **kwargs):
         if not enabled() or not FastValidation.usable(fgraph):
             return self.inner.apply(fgraph, *args, **kwargs)
-        with FastValidation(fgraph, self.check) as fast:
+        check = self.check or os.environ.get("PMFAST_INPLACE_FAST") == "check"
+        with FastValidation(fgraph, check) as fast:
             prof = self.inner.apply(fgraph, *args, **kwargs)
         counts = getattr(fgraph, "_pmfast_inplace_fast", None)
         if counts is None:

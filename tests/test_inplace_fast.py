@@ -293,3 +293,14 @@ def test_compiled_function_values():
     want = np.where(np.arange(3) < 2, 0.0, 2 * e)
     np.testing.assert_allclose(fn(v)[0], want + e)
     assert fn.maker.fgraph._pmfast_inplace_fast["proven"] >= 1
+
+
+def test_check_switch_validates_every_judgement(monkeypatch):
+    """``PMFAST_INPLACE_FAST=check``: the judged path with every judgement validated too (no disagreement)."""
+    monkeypatch.setenv("PMFAST_INPLACE_FAST", "check")
+    x = pt.dvector("x")
+    e = pt.exp(x)
+    fg = _fast_graph([pt.cos(e + 1.0) * e + pt.sin(e)], [x])
+    inplace_fast.FastInplace(_stock("inplace_elemwise")).apply(fg)
+    counts = fg._pmfast_inplace_fast
+    assert counts["proven"] + counts["refuted"] >= 2 and not counts["check_failed"], counts
