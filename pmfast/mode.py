@@ -42,4 +42,10 @@ def get_mode(passes: PassSelection = "all"):
     # config.blas__ldflags, which probes the C compiler (~0.3 s per process) on dense graphs too
     exclude = ["local_usmm"] if selected else []
     exclude += [name for p in selected for name in p.replaces]
+    if selected:
+        # pytensor's in-place rewriters, run with proven changes left unvalidated (pmfast/inplace_fast.py)
+        from pmfast import inplace_fast
+
+        exclude += inplace_fast.register()
+        tags.append(inplace_fast.TAG)
     return Mode(linker, RewriteDatabaseQuery(include=["fast_run", "numba", *tags], exclude=exclude))
