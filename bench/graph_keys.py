@@ -45,7 +45,7 @@ def record(names) -> None:
     import pmfast.vmath.elemwise
     import pmfast.vmath.ops
     from pmfast import models
-    from pmfast.compiler import entry, linalg, parallel
+    from pmfast.compiler import entry, entry_spec, linalg, parallel
 
     import pmfast.compiler.salt
 
@@ -61,7 +61,7 @@ def record(names) -> None:
 
     def prepare_entry(spec, fn, inline=True):
         prepared = prepare(spec, fn, inline)
-        py = entry.graph_function(fn.vm.jit_fn)
+        py = entry_spec.graph_function(fn.vm.jit_fn)
         got[spec.kind] = {
             "nodes": len(fn.maker.fgraph.apply_nodes),
             "graph_src": _digest(ast.unparse(ast.parse(py.__source__))),

@@ -58,7 +58,7 @@ def _recorded_calls(fn, x):
     import numba
 
     import pmfast
-    from pmfast.compiler.entry import graph_function
+    from pmfast.compiler.entry_spec import graph_function
 
     @numba.njit
     def call(f, args):  # node functions may have no CPython wrapper: call them from numba
@@ -100,7 +100,7 @@ def _labels(graph) -> list[str]:
 def profile(fn, x, repeats: int, seconds: float, loop) -> list[tuple]:
     """``[(µs min, µs median, node function name, op label)]`` of ``fn``'s graph at ``x``, largest first."""
     from pmfast.bench import time_runs
-    from pmfast.compiler.entry import graph_function
+    from pmfast.compiler.entry_spec import graph_function
 
     calls = _recorded_calls(fn, x)
     labels = _labels(graph_function(fn.vm.jit_fn))

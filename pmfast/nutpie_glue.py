@@ -267,7 +267,7 @@ def _compile_stages(
     from pymc.initial_point import make_initial_point_fn
     from pymc.model.transform.optimization import freeze_dims_and_data
 
-    from pmfast.compiler import callbacks, entry, handover
+    from pmfast.compiler import callbacks, entry, entry_spec, handover
     from pmfast.passes import data_hoist
 
     with timed("initial point"):
@@ -321,7 +321,7 @@ def _compile_stages(
     def spec(kind, fn, n_out):
         names = [v.name for v in fn.get_shared()]
         data = {**shared_data, **derived_data}
-        return entry.describe(kind, fn, user_data, names, [data[n].dtype for n in names], n_dim, n_out)
+        return entry_spec.describe(kind, fn, user_data, names, [data[n].dtype for n in names], n_dim, n_out)
 
     prepared = {
         "logp": entry.prepare_entry(spec("logp", logp_fn_pt, n_dim), logp_fn_pt),
@@ -423,7 +423,7 @@ def logp_kernel(fn):
     and benchmarks of the code nutpie runs.
     """
     from pmfast import compiler
-    from pmfast.compiler import callbacks, entry, overloads, patching
+    from pmfast.compiler import callbacks, entry, entry_spec, overloads, patching
 
     compiler.setup()
     shared = list(fn.get_shared())
@@ -431,7 +431,7 @@ def logp_kernel(fn):
     user_data = callbacks.with_header(_np_compile.make_user_data({v.name: v for v in shared}, shared_data))
     n_dim = int(fn.maker.fgraph.inputs[0].type.shape[0])
     names = [v.name for v in shared]
-    spec = entry.describe("logp", fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_dim)
+    spec = entry_spec.describe("logp", fn, user_data, names, [shared_data[n].dtype for n in names], n_dim, n_dim)
     with patching.compiling(), overloads.plain_errors():
         compiled = entry.compile_entry(spec, fn)
     cfunc = callbacks.compiled()["logp"]

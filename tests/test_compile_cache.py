@@ -149,9 +149,9 @@ def test_entry_keys_follow_versions(monkeypatch):
     import numba
 
     import pmfast
-    from pmfast.compiler import entry, overloads
+    from pmfast.compiler import entry, entry_spec, overloads
 
-    spec = entry.EntrySpec("logp", 3, 3, 10, (), ("x",), ("y = f(x)",), ("lp", "y"), (None, None))
+    spec = entry_spec.EntrySpec("logp", 3, 3, 10, (), ("x",), ("y = f(x)",), ("lp", "y"), (None, None))
     key = entry.entry_key(spec, "src", "graph", {})
     assert key == entry.entry_key(spec, "src", "graph", {})
     assert entry.entry_key(spec, "src", None, {}) is None

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 import pmfast
 from pmfast import compiler
-from pmfast.compiler import arity, callbacks, dot, elemwise, entry, inline, native, parallel, shape_ops
+from pmfast.compiler import arity, callbacks, dot, elemwise, entry, entry_spec, inline, native, parallel, shape_ops
 from pmfast.compiler.overloads import SliceShapeError
 from conftest import join_gradient_model
 
@@ -84,7 +84,7 @@ def _caller(address, x, logp):
 
 
 def test_call_native_returns_error_code_for_exceptions():
-    sig = entry.signature("logp")
+    sig = entry_spec.signature("logp")
     _callee.compile(sig)
     address = native.native_address(_callee, sig)
     logp = np.zeros(1)
@@ -357,7 +357,7 @@ def test_small_entries_inline_everything_wide_ones_the_cheapest():
         joined, logp, grad, _, _ = logp_dlogp_graph(model)
         with model:
             fn = compile_pymc((joined,), (logp, grad), mode=pmfast.get_mode())
-        env = entry.graph_function(fn.vm.jit_fn).__globals__
+        env = entry_spec.graph_function(fn.vm.jit_fn).__globals__
         order = fn.maker.linker.schedule(fn.maker.fgraph)
         stmts = [ast.parse(ast.unparse(s)).body[0] for s in ast.parse(fn.vm.jit_fn.py_func.__source__).body[0].body[:-1]]
         calls = [
@@ -487,8 +487,8 @@ def test_callback_maps_exceptions_to_error_codes(tiny):
 
 
 def test_entry_refuses_outputs_that_do_not_fit():
-    spec = entry.EntrySpec("expand", 2, 3, 4, (), ("x",), (), ("x",), (None,))
-    src = entry.generate_source(spec)
+    spec = entry_spec.EntrySpec("expand", 2, 3, 4, (), ("x",), (), ("x",), (None,))
+    src = entry_spec.generate_source(spec)
     assert "do not fill the 3 values expected" in src and "do not fit" in src
 
 

@@ -176,13 +176,13 @@ def walk():
 
 
 def test_walk_entry_inlines_join_and_split_and_holds_int_scalars(walk):
-    from pmfast.compiler import entry
+    from pmfast.compiler import entry, entry_spec
 
     _, _, fn, kernel = walk
     ops = set(_op.__class__.__name__ for _op in (n.op for n in fn.maker.fgraph.apply_nodes))
     assert {"Join", "Split"} <= ops
     spec = kernel.entry.spec
-    env = {**entry.graph_function(fn.vm.jit_fn).__globals__, **dict(spec.env)}
+    env = {**entry_spec.graph_function(fn.vm.jit_fn).__globals__, **dict(spec.env)}
     plan = entry._inline_plan(spec, env)
     called = {name for stmt, op in zip(spec.body, spec.ops) if op in ("Join", "Split") for name in [stmt.split("= ")[1].split("(")[0]]}
     assert called and called <= set(plan)

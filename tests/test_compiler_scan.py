@@ -20,7 +20,7 @@ from conftest import assert_same_as_stock
 from pytensor.scan.utils import until
 
 import pmfast
-from pmfast.compiler.entry import graph_function
+from pmfast.compiler.entry_spec import graph_function
 
 
 def scan(fn, **kw):

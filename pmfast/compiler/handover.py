@@ -66,14 +66,14 @@ def jobs(*entries) -> list[Job]:
     """What of prepared ``entries`` (:class:`pmfast.compiler.entry.PreparedEntry`) two processes can
     compile apart, heaviest first: each part not in the cache, and each entry compiled whole that is
     not. A part's entry is compiled after them, where it is needed."""
-    from pmfast.compiler import entry
+    from pmfast.compiler import entry_spec
 
     out = []
     for e in entries:
         if e.parts:
             out += [Job(p.spec.weight, p.dispatcher, p.spec.argtypes, p.compile) for p in e.parts if not p.in_cache()]
         elif not e.in_cache():
-            out.append(Job(e.weight, e.dispatcher, tuple(entry.signature(e.spec.kind).args), lambda d=e.dispatcher, k=e.spec.kind: d.compile(entry.signature(k))))
+            out.append(Job(e.weight, e.dispatcher, tuple(entry_spec.signature(e.spec.kind).args), lambda d=e.dispatcher, k=e.spec.kind: d.compile(entry_spec.signature(k))))
     return sorted(out, key=lambda j: -j.weight)[:MAX_JOBS]
 
 

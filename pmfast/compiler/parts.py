@@ -523,7 +523,7 @@ def prepare(original, spec, fn, env: dict, plan: tuple, options: dict, E, w=None
     from pytensor.link.numba.cache import CACHED_SRC_FUNCTIONS, compile_numba_function_src
     from pytensor.link.numba.dispatch.basic import numba_njit
 
-    from pmfast.compiler import cache, callbacks, entry_native, lean_ir, library, native
+    from pmfast.compiler import cache, callbacks, entry_native, entry_spec, lean_ir, library, native
     from pmfast.linker import chunk_source
 
     if not original.nodes or len(original.nodes) != len(original.body):
@@ -568,7 +568,7 @@ def prepare(original, spec, fn, env: dict, plan: tuple, options: dict, E, w=None
         built.append(Part(ps, key, dispatcher))
     name = f"{spec.kind}_entry"
     espec = replace(spec, body=(f"_pm_tab = _pm_ud[{callbacks.PARTS_WORD[spec.kind]}]", *cut.calls), buffers=cut.buffers)
-    src, _ = chunk_source(E.generate_source(espec, name))
+    src, _ = chunk_source(entry_spec.generate_source(espec, name))
     key = E.entry_key(espec, src, graph_key, key_options)
     eenv = {
         **env,
