@@ -13,7 +13,7 @@ from numba.core import types
 
 import pmfast
 from pmfast import nutpie_glue
-from pmfast.compiler import handover, parts
+from pmfast.compiler import handover, part_calls, parts
 from pmfast.loading import load_model
 
 
@@ -65,7 +65,7 @@ def test_weights_count_what_the_lowering_emits():
 def test_canon_gives_c_contiguous_writable_arrays():
     @numba.njit
     def f(a):
-        return parts.canon(a), parts.canon(a.T), parts.canon(a[:, ::2]), parts.canon(2.5)
+        return part_calls.canon(a), part_calls.canon(a.T), part_calls.canon(a[:, ::2]), part_calls.canon(2.5)
 
     a = np.arange(12.0).reshape(3, 4)
     same, t, strided, s = f(a)
@@ -79,7 +79,7 @@ def test_canon_gives_c_contiguous_writable_arrays():
 
     @numba.njit
     def g(a):
-        b = parts.canon(a)
+        b = part_calls.canon(a)
         b[0] = 7.0
         return b
 
@@ -90,7 +90,7 @@ def test_canon_gives_c_contiguous_writable_arrays():
 def _part(a, k):
     if k < 0:
         raise ValueError("negative k")
-    return parts.canon(a * k), a.sum() + k
+    return part_calls.canon(a * k), a.sum() + k
 
 
 def test_call_part_through_a_table_and_errors_propagate():
@@ -102,7 +102,7 @@ def test_call_part_through_a_table_and_errors_propagate():
 
     @numba.njit
     def caller(table_address, a, k):
-        b, s = parts.call_part(table_address, 1, part, (a, k))
+        b, s = part_calls.call_part(table_address, 1, part, (a, k))
         return b[0] + s
 
     a = np.arange(1.0, 4.0)

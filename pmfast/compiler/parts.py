@@ -13,9 +13,9 @@ its own that takes the values it reads from earlier statements and returns those
 
 * **Types known before compiling.** A part's arguments are the point, shared arrays (C-contiguous
   views), 0-d values held as scalars (:mod:`pmfast.compiler.scalars`: float64, bool, int64) and
-  what earlier parts return, which :func:`canon` makes C-contiguous and writable (the array itself
+  what earlier parts return, which :func:`~pmfast.compiler.part_calls.canon` makes C-contiguous and writable (the array itself
   when it is, a copy otherwise). So every part's signature follows from the pytensor types alone
-  (:func:`boundary_type`) and any part can be compiled first, in any process.
+  (:func:`~pmfast.compiler.part_calls.boundary_type`) and any part can be compiled first, in any process.
 * **On both cores.** Parts are cached (their key: the graph's key and their source). A forked
   worker (:mod:`pmfast.compiler.parallel`, only when a core is idle) compiles some of them into
   numba's cache while this process compiles the others; this process then loads the worker's
@@ -23,7 +23,7 @@ its own that takes the values it reads from earlier statements and returns those
   finalised with its own copies of what it links (``own_copies``, :mod:`pmfast.compiler.library`).
 * **Called through an address.** The entry reads a table of the parts' native addresses from a
   word of nutpie's ``user_data`` header (:mod:`pmfast.compiler.callbacks`) and calls each part with
-  numba's calling convention (:func:`call_part`; an exception inside propagates as from a direct
+  numba's calling convention (:func:`~pmfast.compiler.part_calls.call_part`; an exception inside propagates as from a direct
   call). A direct call would link every part's module into the entry and optimise and emit all of
   it again.
 * **Where to cut** (:func:`plan`): the entry's statements weighed by about the LLVM instructions
@@ -50,10 +50,9 @@ import ast
 import os
 from dataclasses import dataclass
 
-import numpy as np
-from llvmlite import ir
-from numba.core import cgutils, types
-from pmfast.compiler.pure import intrinsic
+from numba.core import types
+
+from pmfast.compiler.part_calls import boundary_type, call_part, canon
 
 #: Entries weighing less than this (about the LLVM instructions their lowering emits, see
 #: :func:`weights`; ~7 CPU s of compile) are compiled whole: every zoo model's logp entry
@@ -80,7 +79,7 @@ MAX_CROSSING = 48
 #: A cut may move this fraction of a part's weight away from its ideal place to cross fewer values.
 SLACK = 0.3
 #: What a view crossing a cut counts for, against 1 for another value: a part returns a view that
-#: is not C-contiguous as a copy (:func:`canon`).
+#: is not C-contiguous as a copy (:func:`~pmfast.compiler.part_calls.canon`).
 VIEW_COST = 4
 
 
@@ -142,7 +141,7 @@ def plan(body, env, passable, epilogue_reads, inlined=None, w=None) -> PartPlan 
     """Cut ``body`` into parts (see the module docstring), or None to compile it whole.
 
     ``passable(name)``: what a value crossing a cut costs (None: it can't cross; a value crosses if
-    :func:`boundary_type` knows its type or the part that reads it can rebuild it); ``epilogue_reads``:
+    :func:`~pmfast.compiler.part_calls.boundary_type` knows its type or the part that reads it can rebuild it); ``epilogue_reads``:
     the names the entry's epilogue reads; ``inlined``: as for :func:`weights`; ``w``: the statements'
     :func:`weights` if the caller has them.
     """
@@ -196,107 +195,6 @@ def plan(body, env, passable, epilogue_reads, inlined=None, w=None) -> PartPlan 
     if len(bounds) < 3:
         return None
     return PartPlan(tuple(bounds))
-
-
-def boundary_type(var):
-    """The numba type of pytensor variable ``var`` crossing a cut (a canonical array), or None."""
-    import numba
-    import numpy as np
-    from pytensor.scalar.basic import ScalarType
-    from pytensor.tensor.type import TensorType
-
-    vtype = getattr(var, "type", None)
-    try:
-        if isinstance(vtype, TensorType):
-            return types.Array(numba.from_dtype(np.dtype(vtype.dtype)), vtype.ndim, "C")
-        if isinstance(vtype, ScalarType):
-            return numba.from_dtype(np.dtype(vtype.dtype))
-    except (NotImplementedError, TypeError, numba.core.errors.NumbaError):
-        return None
-    return None
-
-
-@intrinsic
-def canon(typingctx, a):
-    """``canon(a)``: array ``a`` as a C-contiguous, writable array (``a`` itself if it is one, else a
-    copy); any other value as it is. What a part returns, so that its callers' types are known."""
-    if not isinstance(a, types.Array):
-
-        def same(context, builder, sig, args):
-            from numba.core.imputils import impl_ret_borrowed
-
-            return impl_ret_borrowed(context, builder, a, args[0])
-
-        return a(a), same
-    ret = a.copy(layout="C", readonly=False)
-
-    def codegen(context, builder, sig, args):
-        from numba.core.imputils import impl_ret_borrowed
-        from numba.np.arrayobj import _array_copy
-
-        from pmfast.compiler.arrays import _as_c_layout
-
-        if a.mutable and a.layout == "C":
-            return impl_ret_borrowed(context, builder, ret, args[0])
-        if a.mutable and a.ndim > 0:
-            return _as_c_layout(context, builder, sig, args)
-        return _array_copy(context, builder, sig, args)
-
-    return ret(a), codegen
-
-
-@canon.python
-def _(a):
-    if not isinstance(a, np.ndarray):
-        return a
-    return a if a.flags.writeable and a.flags.c_contiguous else np.array(a, order="C")
-
-
-@intrinsic(prefer_literal=True)
-def call_part(typingctx, table, slot, part, args):
-    """``call_part(table, slot, part, args)``: call the part at ``table[slot]`` with the tuple ``args``.
-
-    ``table`` is the address of a uint64 array of native addresses, ``slot`` a literal int, ``part``
-    the part's dispatcher (compiled for ``args``' types before the entry is: its result type is the
-    call's). Lowered as numba lowers a direct call (its calling convention, errors propagated), to
-    the address read from the table.
-    """
-    if not isinstance(slot, types.IntegerLiteral) or not isinstance(part, types.Dispatcher):
-        return None
-    if not isinstance(table, types.Integer) or not isinstance(args, types.BaseTuple):
-        return None
-    argtypes = tuple(types.unliteral(t) for t in args.types)
-    dispatcher = part.dispatcher
-    if argtypes not in dispatcher.overloads:
-        dispatcher.compile(argtypes)
-    restype = dispatcher.overloads[argtypes].signature.return_type
-    k = slot.literal_value
-
-    def codegen(context, builder, sig, llargs):
-        call_conv = context.call_conv
-        fnty = call_conv.get_function_type(restype, argtypes)
-        base = builder.inttoptr(llargs[0], ir.IntType(64).as_pointer())
-        address = builder.load(builder.gep(base, [ir.Constant(ir.IntType(64), k)]))
-        fn = builder.inttoptr(address, fnty.as_pointer())
-        values = cgutils.unpack_tuple(builder, llargs[3], len(argtypes))
-        values = [context.cast(builder, v, t0, t1) for v, t0, t1 in zip(values, args.types, argtypes)]
-        retty = call_conv.get_return_type(restype).pointee
-        ret = cgutils.alloca_once(builder, retty)
-        builder.store(cgutils.get_null_value(retty), ret)
-        excinfo = cgutils.alloca_once(builder, fnty.args[1].pointee, name="excinfo")
-        packed = list(call_conv._get_arg_packer(argtypes).as_arguments(builder, values))
-        code = builder.call(fn, [ret, excinfo, *packed])
-        status = call_conv._get_return_status(builder, code, builder.load(excinfo))
-        with cgutils.if_unlikely(builder, status.is_error):
-            call_conv.return_status_propagate(builder, status)
-        return context.get_returned_value(builder, restype, builder.load(ret))
-
-    return restype(table, slot, part, args), codegen
-
-
-@call_part.python
-def _(table, slot, part, args):
-    return part(*args)
 
 
 #: Statements that make an array view of a scalar's stack slot (:mod:`pmfast.compiler.scalars`): a
