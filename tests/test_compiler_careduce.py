@@ -165,3 +165,23 @@ def test_identity_reductions_kept_by_a_mode_without_canonicalize_stay_pytensors(
         res = fn(v)
         assert res.shape == v.shape
         np.testing.assert_array_equal(res, v)
+
+
+@pytest.mark.parametrize("axis,shape", [(0, (None, 3)), (1, (2, None)), ((0, 2), (None, 4, None))])
+def test_few_static_outputs_emit_only_the_scalar_nest(axis, shape, monkeypatch):
+    """Fewer than MANY_OUTPUTS outputs by static lengths: the run-time choice always takes the scalar nest,
+    so only it is emitted (no strides read); the same values as with both nests (PMFAST_CAREDUCE_STATIC=0)
+    for every layout."""
+    x = pt.tensor(dtype="float64", shape=shape)
+    node = pt.sum(x, axis=axis).owner
+    fn, key = careduce.funcify(node.op, node, max_ndim=3)
+    assert "strides" not in fn.py_func.__code__.co_names
+    monkeypatch.setenv("PMFAST_CAREDUCE_STATIC", "0")
+    both, key_both = careduce.funcify(node.op, node, max_ndim=3)
+    assert "strides" in both.py_func.__code__.co_names and key_both != key
+    rng = np.random.default_rng(7)
+    full = rng.normal(size=[20 if d is None else d for d in shape])
+    one, two = numba.njit(lambda v: fn(v)), numba.njit(lambda v: both(v))
+    for how in ("C", "T", "step", "rev"):
+        v = _layout(full, how)
+        np.testing.assert_array_equal(one(v), two(v))

@@ -335,3 +335,36 @@ def test_vmath_op_types():
     for stock, sub in SUBSTITUTES.items():
         assert issubclass(sub, stock) and issubclass(sub, VmathOp)
         assert sub.kernel in vm.KERNELS
+
+
+def test_plain_loop_is_inlinable_and_equals_the_overload(monkeypatch):
+    """pmfast's linker gets the loop as a plain function of the inputs (entries inline it: no function of
+    its own, no ``*args`` forwarder) calling no numpy broadcasting or layout overload; the same values as
+    the overload it replaces (``PMFAST_VMATH_PLAIN=0``) on the flat path (a short last axis, a broadcast
+    input, a Fortran-ordered input)."""
+    import inspect
+
+    from pmfast.compiler import ops
+
+    m = pt.matrix("m", shape=(None, 5))
+    c = pt.matrix("c", shape=(1, 5))
+    col = pt.matrix("col", shape=(None, 1))
+    out = pt.log1p(pt.exp(m * c - col))
+
+    def build():
+        return pytensor.function([m, c, col], out, mode=get_mode(VM))
+
+    fn = build()
+    (node,) = vmath_nodes(fn)
+    found = ops.funcify_and_cache_key(node.op, node)
+    assert found is not None and found[1] is not None
+    code = found[0].py_func.__code__
+    assert code.co_argcount == len(node.inputs) and not code.co_flags & inspect.CO_VARARGS
+    assert not {"broadcast_to", "ascontiguousarray"} & set(code.co_names)
+    rng = np.random.default_rng(5)
+    args = (rng.normal(size=(40, 5)), rng.normal(size=(1, 5)), rng.normal(size=(40, 1)))
+    monkeypatch.setenv("PMFAST_VMATH_PLAIN", "0")
+    assert ops.funcify_and_cache_key(node.op, node) is None
+    old = build()
+    np.testing.assert_array_equal(fn(*args), old(*args))
+    np.testing.assert_array_equal(fn(np.asfortranarray(args[0]), *args[1:]), old(*args))

@@ -117,7 +117,9 @@ def funcify(op, node):
 
     form = _form(node)
     if form is None:
-        return None
+        from pmfast.compiler import adv_broadcast
+
+        return adv_broadcast.funcify_inc(op, node)
     lead, n = form
     x, y = node.inputs[:2]
     src = source(x.ndim, y.ndim, y.type.shape[-1] if y.ndim else None, n, op.set_instead_of_inc, op.inplace, lead)

@@ -72,7 +72,9 @@ def funcify(op, node):
 
     form = _form(node)
     if form is None:
-        return None
+        from pmfast.compiler import adv_broadcast
+
+        return adv_broadcast.funcify_sub(op, node)
     s, n = form
     x = node.inputs[0]
     dtype = np.dtype(node.outputs[0].type.dtype)

@@ -29,6 +29,8 @@ general (``max_ndim``), so its tests cover 3-D inputs too.
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from pmfast.compiler import generated
@@ -76,12 +78,20 @@ def _indent(lines, depth):
     return [" " * (4 * depth) + line for text in lines for line in text.split("\n")]
 
 
-def careduce_source(ndim: int, axes: tuple[int, ...], scalar: str) -> str:
-    """Source of ``careduce(x)`` reducing ``axes`` (sorted) of an ``ndim``-axis input with the scalar op named ``scalar``."""
+def careduce_source(ndim: int, axes: tuple[int, ...], scalar: str, scalar_only: bool = False) -> str:
+    """Source of ``careduce(x)`` reducing ``axes`` (sorted) of an ``ndim``-axis input with the scalar op named
+    ``scalar``. ``scalar_only``: the output is known to have fewer than :data:`MANY_OUTPUTS` elements (static
+    lengths), so the run-time choice would always take the scalar nest: only that nest is emitted (half the
+    code an entry inlining it types, lowers and optimises)."""
     kept = [k for k in range(ndim) if k not in axes]
     idx = ", ".join(f"i{k}" for k in range(ndim))
     out_idx = ", ".join(f"i{k}" for k in kept) + ("," if len(kept) == 1 else "")
     update = _UPDATES[scalar]
+    if scalar_only:
+        lines = ["s = x.shape", f"res = _pm_empty(({', '.join(f's[{k}]' for k in kept)},), _pm_dtype)"]
+        lines += _scalar_nest(kept, axes, ndim, update, idx, out_idx, 0)
+        lines.append("return res")
+        return "def careduce(x):\n" + "".join(f"    {line}\n" for line in lines)
     lines = [
         "s = x.shape",
         "st = x.strides",
@@ -104,17 +114,21 @@ def careduce_source(ndim: int, axes: tuple[int, ...], scalar: str) -> str:
     nest = [" " * (4 * d) + f"for i{k} in range(s[{k}]):" for d, k in enumerate((*axes, *kept))]
     nest += _indent([update.format(a=f"res[{out_idx}]", v=f"x[{idx}]")], ndim)
     lines += _indent(fill + nest, 1)
-    # the scalar nest: kept axes outside, each output accumulated over the reduced axes inside
     lines.append("else:")
+    lines += _scalar_nest(kept, axes, ndim, update, idx, out_idx, 1)
+    lines.append("return res")
+    return "def careduce(x):\n" + "".join(f"    {line}\n" for line in lines)
+
+
+def _scalar_nest(kept, axes, ndim, update, idx, out_idx, depth) -> list[str]:
+    """The scalar nest's lines at ``depth``: kept axes outside, each output accumulated over the reduced axes inside."""
     scal = [" " * (4 * d) + f"for i{k} in range(s[{k}]):" for d, k in enumerate(kept)]
     d0 = len(kept)
     scal.append(" " * (4 * d0) + "acc = _pm_identity")
     scal += [" " * (4 * (d0 + d)) + f"for i{k} in range(s[{k}]):" for d, k in enumerate(axes)]
     scal += _indent([update.format(a="acc", v=f"x[{idx}]")], d0 + len(axes))
     scal.append(" " * (4 * d0) + f"res[{out_idx}] = acc")
-    lines += _indent(scal, 1)
-    lines.append("return res")
-    return "def careduce(x):\n" + "".join(f"    {line}\n" for line in lines)
+    return _indent(scal, depth)
 
 
 def funcify(op, node, max_ndim: int = MAX_NDIM):
@@ -127,7 +141,11 @@ def funcify(op, node, max_ndim: int = MAX_NDIM):
     dtype = np.dtype(x.type.dtype)
     scalar = type(op.scalar_op).__name__
     identity = dtype.type(op.scalar_op.identity)
-    src = careduce_source(x.ndim, _axes(op, x.ndim), scalar)
+    axes = _axes(op, x.ndim)
+    kept = [x.type.shape[k] for k in range(x.ndim) if k not in axes]
+    scalar_only = (None not in kept and int(np.prod(kept)) < MANY_OUTPUTS
+                   and os.environ.get("PMFAST_CAREDUCE_STATIC", "1") != "0")
+    src = careduce_source(x.ndim, axes, scalar, scalar_only)
     env = {"_pm_empty": arrays.empty2, "_pm_dtype": dtype.type, "_pm_identity": identity}
     key_parts = (VERSION, src, dtype.name, repr(identity), arrays.VERSION)
     return generated.build(__name__, "careduce", src, env, "pmfast_careduce_", key_parts, boundscheck=False)

@@ -119,6 +119,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import linalg
 
         return linalg.funcify(op, node)
+    if type(op).__name__ == "VmathElemwise" and os.environ.get("PMFAST_VMATH_PLAIN", "1") != "0":
+        from pmfast.vmath import elemwise
+
+        return elemwise.funcify(op, node)
     return None
 
 

@@ -21,6 +21,7 @@ inlined would depend on the order things were compiled in.
 from __future__ import annotations
 
 import math
+import os
 from hashlib import sha256
 from textwrap import indent
 
@@ -31,7 +32,7 @@ from pmfast.vmath import VERSION
 from pmfast.vmath.ops import NAN_MARKED, kernels, libm_scalar_op
 
 #: Part of the numba cache key; bump when this lowering changes.
-LOWERING_VERSION = 11
+LOWERING_VERSION = 12
 #: The two departures from stock's lowering (switchable to measure each: bench/vmath_graphs.py).
 INLINE_BODY = True
 CONTIGUOUS_INPUTS = True
@@ -133,9 +134,15 @@ def _inlined_store(core_fn, nin: int, nout: int):
     return numba_basic.numba_njit(fn, forceinline=True)
 
 
-def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: int = 0,
-                 nan_fallback: bool = False) -> str:
-    """Source of ``impl(*inputs)``, the loop: pytensor's ``_vectorized`` on the inputs.
+def _impl_source(node, contiguous: bool, flat_below: int, libm_below: int = 0, nan_fallback: bool = False,
+                 layouts=None) -> str:
+    """Source of ``impl(i0, i1, ...)``, the loop: pytensor's ``_vectorized`` on the inputs.
+
+    A plain function of the node's inputs (no ``*args``, no overload), so pmfast's entries inline it
+    (:mod:`pmfast.compiler.inline`) and numba compiles no function of its own for it. With
+    ``layouts`` (numba's layout of each input; ``PMFAST_VMATH_PLAIN=0``), the source of the overload
+    used before: ``impl(*inputs)``, only inputs not typed C-contiguous through ``ascontiguous1``, and
+    broadcast inputs of a flat loop copied by ``np.ascontiguousarray(np.broadcast_to(a, shape))``.
 
     ``nan_fallback``: the body calls a kernel of :data:`~pmfast.vmath.ops.NAN_MARKED` (sin, cos:
     NaN beyond their range). When an output of the vectorized loop holds a NaN, ``impl`` returns
@@ -146,31 +153,32 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: i
     stock's loop (``libm_store``, the libm scalar body, on the inputs as given): stock's values
     exactly. Only emitted when the output's size is not static.
 
-    ``contiguous``: inputs not typed C-contiguous (``layouts``: numba's layout of each
-    input) go through ``np.ascontiguousarray`` (a view when they are at run time, else a
-    copy; as :func:`pmfast.compiler.arrays.ascontiguous1`, numba's code for it lowered in place
-    instead of its overload compiled per process and input type: ~0.2 CPU s of
-    gp_marginal_matern52's cold compile), so the loop addresses them by shape, not by runtime strides, and LLVM
-    vectorizes it (a strided 'A'-layout input, e.g. ``Squeeze(Dot)`` or ``x[:, 0]``, keeps
-    it scalar). 0-d inputs stay as they are (the function makes them 1-d).
+    ``contiguous``: every input of one or more axes goes through
+    :func:`pmfast.compiler.arrays.ascontiguous1` (``np.ascontiguousarray``: the array itself when
+    numba types it C-contiguous or it is at run time, else a copy), so the loop addresses them by
+    shape, not by runtime strides, and LLVM vectorizes it (a strided 'A'-layout input, e.g.
+    ``Squeeze(Dot)`` or ``x[:, 0]``, keeps it scalar). 0-d inputs stay as they are.
 
     ``flat_below``: for ndim >= 2, when the last axis is shorter than this (an ordinal
     model's (n, 4) cut-point differences, a (n, 1) column), the inputs are broadcast to
     the full shape and the loop runs over them flattened: the innermost loop is the one
     LLVM widens, and 4 elements do not fill a vector. Decided when compiling if the last
     axis has a static length, else at run time (two loops compiled). Inputs that span
-    the whole shape are reshaped (a view), the others broadcast and copied.
+    the whole shape are reshaped (a view); each other one is copied into a new C array of the
+    full shape by a loop nest reading index 0 along its broadcastable axes (what
+    ``np.ascontiguousarray(np.broadcast_to(a, shape))`` gives: those axes have static length 1, and
+    the others were checked equal to the shape).
 
-    Each numba overload used here is typed and lowered again in every new process
-    (numba caches user functions, not generic overloads): the source uses as few as it
-    can (measured: ~1 s of hier_logistic's cold compile when every input went through
-    ``np.broadcast_to`` and ``np.ascontiguousarray``).
+    numba compiles a generic overload as a function of its own, per signature, in every process
+    (it caches user functions, not overloads): the source calls none (``np.broadcast_to``, its
+    shape checks and ``np.ascontiguousarray`` were ~0.5-1 CPU s of an ordinal model's cold compile).
     """
     nin, nout = len(node.inputs), len(node.outputs)
     ndim = node.outputs[0].type.ndim
-    lines = ["def impl(*inputs):"]
+    names = [f"i{k}" for k in range(nin)] if layouts is None else [f"inputs[{k}]" for k in range(nin)]
+    lines = [f"def impl({', '.join(names) if layouts is None else '*inputs'}):"]
     loop = "_vectorized({}, {}, {}, dtypes_enc, inplace_enc, True, (), ({}), core_shapes, None)"
-    raw = "".join(f"inputs[{k}], " for k in range(nin))
+    raw = "".join(f"{n}, " for n in names)
     outs = ["r"] if nout == 1 else [f"r[{o}]" for o in range(nout)]
     nan_check = [f"if {' or '.join(f'_has_nan({o})' for o in outs)}:",
                  f"    return {loop.format('libm_store', 'in_bc_enc', 'out_bc_enc', raw)}"] if nan_fallback else []
@@ -179,13 +187,13 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: i
         for d in range(ndim):
             srcs = [k for k, i in enumerate(node.inputs) if not i.type.broadcastable[d]]
             if srcs:  # every non-broadcastable input has the output's length (no runtime broadcasting)
-                sizes.append(f"inputs[{srcs[0]}].shape[{d}]")
+                sizes.append(f"{names[srcs[0]]}.shape[{d}]")
         lines += [f"    if {' * '.join(sizes) or '1'} < {int(libm_below)}:",
                   f"        return {loop.format('libm_store', 'in_bc_enc', 'out_bc_enc', raw)}"]
     loop = loop.format("store", "{}", "{}", "{}")
     for k, i in enumerate(node.inputs):
-        wrap = contiguous and i.type.ndim and layouts[k] != "C"
-        lines.append(f"    a{k} = _pm_asc(inputs[{k}])" if wrap else f"    a{k} = inputs[{k}]")
+        wrap = contiguous and i.type.ndim and (layouts is None or layouts[k] != "C")
+        lines.append(f"    a{k} = _pm_asc({names[k]})" if wrap else f"    a{k} = {names[k]}")
     args = "".join(f"a{k}, " for k in range(nin))
     last = node.outputs[0].type.shape[-1] if ndim else None
     flat = ndim >= 2 and flat_below and (last is None or last < flat_below)
@@ -202,9 +210,22 @@ def _impl_source(node, contiguous: bool, flat_below: int, layouts, libm_below: i
 
         def flat_arg(k, i):
             whole = i.type.ndim == ndim and all(not b or out_shape[d] == 1 for d, b in enumerate(i.type.broadcastable))
-            return f"a{k}.reshape(size), " if whole else f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).reshape(size), "
+            if whole:
+                return [], f"a{k}.reshape(size), "
+            if layouts is not None:
+                return [], f"np.ascontiguousarray(np.broadcast_to(a{k}, shape)).reshape(size), "
+            # a copy of the full shape, read at 0 along the broadcastable axes (row-major, flat)
+            fill = [f"b{k} = _pm_empty(size, _pm_dt{k})", "p = 0"]
+            fill += ["    " * d + f"for j{d} in range(shape[{d}]):" for d in range(ndim)]
+            item = ", ".join("0" if b else f"j{d}" for d, b in enumerate(i.type.broadcastable))
+            fill += ["    " * ndim + f"b{k}[p] = a{k}[{item}]", "    " * ndim + "p += 1"]
+            return fill, f"b{k}, "
 
-        flat_args = "".join(flat_arg(k, i) for k, i in enumerate(node.inputs))
+        flat_args = ""
+        for k, i in enumerate(node.inputs):
+            fill, arg = flat_arg(k, i)
+            body += fill
+            flat_args += arg
         body.append(f"r = {loop.format('flat_bc_enc', 'flat_out_bc_enc', flat_args)}")
         body += nan_check
         body.append("return r.reshape(shape)" if nout == 1 else
@@ -245,42 +266,62 @@ def _has_nan():
 
 
 def _register_numba() -> None:
+    from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
+
+    register_funcify_and_cache_key(VmathElemwise)(funcify)
+
+
+def funcify(op, node, **kwargs):
+    """``(numba function, cache key)`` of a ``VmathElemwise`` node: the loop of :func:`_impl_source`."""
     from numba.core.extending import overload
     from pytensor.link.numba.cache import compile_numba_function_src
-    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, register_funcify_and_cache_key
+    from pytensor.link.numba.dispatch.basic import numba_funcify_and_cache_key, numba_njit
     from pytensor.link.numba.dispatch.vectorize_codegen import _vectorized, encode_literals, store_core_outputs
     from pytensor.scalar.basic import get_scalar_type
 
     from pmfast.compiler import arrays
     from pmfast.compiler.pure import jit_off
 
-    @register_funcify_and_cache_key(VmathElemwise)
-    def numba_funcify_VmathElemwise(op, node, **kwargs):
-        scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
-        nin, nout = len(node.inputs), len(node.outputs)
-        inline, contiguous_inputs, below = INLINE_BODY, CONTIGUOUS_INPUTS, libm_below(op.scalar_op)
-        nan_fallback = bool(kernels(op.scalar_op) & NAN_MARKED)
-        inplace = () if nan_fallback else tuple(op.inplace_pattern.items())  # the fallback reads the inputs
-        libm_op = libm_scalar_op(op.scalar_op)
-        if jit_off():  # as plain Python: stock's Elemwise of the libm body (the kernels are jitted on import)
-            stock = Elemwise(libm_op, inplace_pattern=op.inplace_pattern)
-            return numba_funcify_and_cache_key(stock, node=stock.make_node(*node.inputs), **kwargs)
-        libm_fn, libm_key = numba_funcify_and_cache_key(
-            libm_op, node=libm_op.make_node(*scalar_node.inputs), **kwargs
-        )  # stock's scalar body and store: stock's loop below libm_below
-        if inline:
-            scalar_fn, scalar_key = inlined_body(op.scalar_op, scalar_node, **kwargs)
-            store = _inlined_store(scalar_fn, nin, nout)
-        else:
-            scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node, **kwargs)
-            store = store_core_outputs(scalar_fn, nin=nin, nout=nout)
-        in_bc = tuple(i.type.broadcastable for i in node.inputs)
-        out_bc = tuple(o.type.broadcastable for o in node.outputs)
-        out_dtypes = tuple(o.type.dtype for o in node.outputs)
-        in_bc_enc, out_bc_enc, dtypes_enc, inplace_enc = (
-            encode_literals(v) for v in (in_bc, out_bc, out_dtypes, inplace)
-        )
-        core_shapes = ((),) * nout
+    scalar_node = op.scalar_op.make_node(*[get_scalar_type(dtype=i.type.dtype)() for i in node.inputs])
+    nin, nout = len(node.inputs), len(node.outputs)
+    inline, contiguous_inputs, below = INLINE_BODY, CONTIGUOUS_INPUTS, libm_below(op.scalar_op)
+    nan_fallback = bool(kernels(op.scalar_op) & NAN_MARKED)
+    inplace = () if nan_fallback else tuple(op.inplace_pattern.items())  # the fallback reads the inputs
+    libm_op = libm_scalar_op(op.scalar_op)
+    if jit_off():  # as plain Python: stock's Elemwise of the libm body (the kernels are jitted on import)
+        stock = Elemwise(libm_op, inplace_pattern=op.inplace_pattern)
+        return numba_funcify_and_cache_key(stock, node=stock.make_node(*node.inputs), **kwargs)
+    libm_fn, libm_key = numba_funcify_and_cache_key(
+        libm_op, node=libm_op.make_node(*scalar_node.inputs), **kwargs
+    )  # stock's scalar body and store: stock's loop below libm_below
+    if inline:
+        scalar_fn, scalar_key = inlined_body(op.scalar_op, scalar_node, **kwargs)
+        store = _inlined_store(scalar_fn, nin, nout)
+    else:
+        scalar_fn, scalar_key = numba_funcify_and_cache_key(op.scalar_op, node=scalar_node, **kwargs)
+        store = store_core_outputs(scalar_fn, nin=nin, nout=nout)
+    in_bc = tuple(i.type.broadcastable for i in node.inputs)
+    out_bc = tuple(o.type.broadcastable for o in node.outputs)
+    out_dtypes = tuple(o.type.dtype for o in node.outputs)
+    in_bc_enc, out_bc_enc, dtypes_enc, inplace_enc = (
+        encode_literals(v) for v in (in_bc, out_bc, out_dtypes, inplace)
+    )
+    core_shapes = ((),) * nout
+
+    flat_bc_enc, flat_out_bc_enc = encode_literals(((False,),) * nin), encode_literals(((False,),) * nout)
+    env = {"__name__": __name__, "np": np, "_vectorized": _vectorized, "store": store, "in_bc_enc": in_bc_enc,
+           "out_bc_enc": out_bc_enc, "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc,
+           "core_shapes": core_shapes, "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc,
+           "libm_store": store_core_outputs(libm_fn, nin=nin, nout=nout), "_has_nan": _has_nan(),
+           "_pm_asc": arrays.ascontiguous1, "_pm_empty": arrays.empty2,
+           **{f"_pm_dt{k}": np.dtype(i.type.dtype).type for k, i in enumerate(node.inputs)}}
+    flat_below = FLAT_BELOW if contiguous_inputs else 0
+    plain = os.environ.get("PMFAST_VMATH_PLAIN", "1") != "0"
+    if plain:
+        src = _impl_source(node, contiguous_inputs, flat_below, below, nan_fallback)
+        elemwise = numba_njit(compile_numba_function_src(src, "impl", env, env))
+    else:
+        src = "overload"
 
         def elemwise(*inputs):
             """Reference (Python) implementation; numba uses the overload."""
@@ -293,25 +334,17 @@ def _register_numba() -> None:
                     out[idx] = v
             return outs[0] if nout == 1 else outs
 
-        flat_bc_enc, flat_out_bc_enc = encode_literals(((False,),) * nin), encode_literals(((False,),) * nout)
-        env = {"np": np, "_vectorized": _vectorized, "store": store, "in_bc_enc": in_bc_enc, "out_bc_enc": out_bc_enc,
-               "dtypes_enc": dtypes_enc, "inplace_enc": inplace_enc, "core_shapes": core_shapes,
-               "flat_bc_enc": flat_bc_enc, "flat_out_bc_enc": flat_out_bc_enc,
-               "libm_store": store_core_outputs(libm_fn, nin=nin, nout=nout), "_has_nan": _has_nan(),
-               "_pm_asc": arrays.ascontiguous1}
-
         @overload(elemwise)
         def ov_elemwise(*inputs):
             layouts = [getattr(t, "layout", None) for t in inputs]
-            src = _impl_source(node, contiguous_inputs, FLAT_BELOW if contiguous_inputs else 0, layouts, below,
-                               nan_fallback)
+            src = _impl_source(node, contiguous_inputs, flat_below, below, nan_fallback, layouts)
             return compile_numba_function_src(src, "impl", dict(env))
 
-        if scalar_key is None or libm_key is None:
-            return elemwise, None
-        key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs, FLAT_BELOW, below,
-               libm_key, inplace, in_bc, node.outputs[0].type.shape, scalar_key)
-        return elemwise, sha256(str(key).encode()).hexdigest()
+    if scalar_key is None or libm_key is None:
+        return elemwise, None
+    key = ("pmfast.VmathElemwise", VERSION, LOWERING_VERSION, inline, contiguous_inputs, FLAT_BELOW, below,
+           libm_key, inplace, in_bc, node.outputs[0].type.shape, scalar_key, src)
+    return elemwise, sha256(str(key).encode()).hexdigest()
 
 
 _register_numba()
