@@ -67,9 +67,18 @@ def test_split_declines_one_component_and_connected_copies():
     assert blocks.split(loop) is None
 
 
-def _run(node, args, enabled: bool, monkeypatch):
-    monkeypatch.setattr(blocks, "ENABLED", enabled)
-    f = pytensor.function(node.inputs, node.outputs, mode=get_mode("none"))
+_COMPILED: dict = {}
+
+
+def _run(node, args, enabled: bool, monkeypatch, key=None):
+    """``node``'s outputs on ``args``, compiled with the block split on or off (the function compiled
+    once per ``key``: the same graph, only the inputs differ between the property test's examples)."""
+    f = _COMPILED.get((key, enabled)) if key is not None else None
+    if f is None:
+        monkeypatch.setattr(blocks, "ENABLED", enabled)
+        f = pytensor.function(node.inputs, node.outputs, mode=get_mode("none"))
+        if key is not None:
+            _COMPILED[(key, enabled)] = f
     return [np.asarray(r).copy() for r in f(*[np.copy(a) for a in args])]
 
 
@@ -81,8 +90,8 @@ def test_blocks_equal_the_fused_kernel_bit_for_bit(k, n, m, mode, seed, monkeypa
     rng = np.random.default_rng(seed)
     args = [rng.normal(size=n), rng.integers(-m, m, n)] + [rng.normal(size=m) for _ in range(2 * k)]
     args = args[: len(node.inputs)]
-    fused = _run(node, args, False, monkeypatch_module)
-    split = _run(node, args, True, monkeypatch_module)
+    fused = _run(node, args, False, monkeypatch_module, key=(k, mode))
+    split = _run(node, args, True, monkeypatch_module, key=(k, mode))
     for a, b in zip(fused, split, strict=True):
         assert a.tobytes() == b.tobytes()
     storage = [[None] for _ in node.outputs]
