@@ -31,8 +31,16 @@ The wrapper also stays out of the way when a feature whose ``validate`` it does 
 attached, under the DestroyHandler's ``fast`` cycle detection and with ``optimizer_verbose``.
 ``check=True`` (tests) validates every judged change as well and counts disagreements.
 
+Rewriters that run after the destroy handler without making anything in place pay the same
+whole-graph validation per change: ``local_useless_unbatched_blockwise`` (stock, :data:`LATE`) and
+pmfast's ``indexed_elemwise.inplace`` run wrapped too (``late=True``). Their usual change swaps a
+node for one with the same inputs, ``destroy_map`` and outputs (a Blockwise for its core op): the
+destroy handler's state is then the old one with the node renamed, valid as before, so
+:func:`judge` answers :data:`VALID` (``renamed``) unless an input it destroys is aliased.
+
 ``PMFAST_INPLACE_FAST=0`` runs the wrapped rewriters exactly as pytensor's; ``=check`` runs the
 judged path in check mode (every judgement validated as well; slow, for verification).
+``PMFAST_LATE_FAST=0`` runs the ``late`` wrappers' rewriters unwrapped.
 """
 
 from __future__ import annotations
@@ -52,6 +60,8 @@ WRAPPED = (
     "local_inplace_AdvancedIncSubtensor",
     "local_inplace_AdvancedIncSubtensor1",
 )
+#: stock rewriters after the destroy handler that make nothing in place, run wrapped with ``late=True``
+LATE = ("local_useless_unbatched_blockwise",)
 TAG = "pmfast_inplace_fast"
 SUFFIX = ".pmfast_fast"
 
@@ -59,6 +69,11 @@ SUFFIX = ".pmfast_fast"
 def enabled() -> bool:
     """Whether the wrappers judge changes locally (``PMFAST_INPLACE_FAST=0``: pytensor's path)."""
     return os.environ.get("PMFAST_INPLACE_FAST", "1") != "0"
+
+
+def late_enabled() -> bool:
+    """Whether the ``late`` wrappers act (``PMFAST_LATE_FAST=0``: their rewriters run unwrapped)."""
+    return os.environ.get("PMFAST_LATE_FAST", "1") != "0"
 
 
 def _known_validators() -> tuple[type, ...]:
@@ -99,7 +114,15 @@ VALID, INVALID = "valid", "invalid"
 
 
 def judge(
-    fgraph, old, new, nodes_before: int, protected: frozenset, supervised: bool, kept_outputs: frozenset, positions
+    fgraph,
+    old,
+    new,
+    nodes_before: int,
+    protected: frozenset,
+    supervised: bool,
+    kept_outputs: frozenset,
+    positions,
+    renamed: bool = False,
 ) -> tuple[str | None, list]:
     """pytensor's validation of the graph after replacing node ``old`` by ``new`` (done), when it is certain.
 
@@ -123,6 +146,8 @@ def judge(
       forward and every other destroyer's orderings are the old ones with ``old`` renamed ``new``,
       so no cycle appears. ``positions`` is ``None`` when no order is at hand (a tree with readers
       is then not judged);
+    * with ``renamed``, :data:`VALID` for a change that only renamed ``old``: ``new`` destroys
+      exactly what ``old`` did (``None`` if it reads a destroyed input's tree at another input);
     * ``None`` otherwise.
     """
     from pytensor.graph.basic import Constant
@@ -141,9 +166,16 @@ def judge(
     if len(new.inputs) != len(old.inputs) or any(a is not b for a, b in zip(new.inputs, old.inputs)):
         return None, []
     destroy_map = new.op.destroy_map
+    handler = fgraph.destroy_handler
+    if renamed and len(destroy_map) == len(before) and len(new.outputs) == len(old.outputs):
+        # every ordering, root and client of the graph before, with old read as new
+        for inputs in destroy_map.values():
+            for i in inputs:
+                if aliased(new, i, set(view_tree(handler, new.inputs[i]))):
+                    return None, []
+        return VALID, []
     if len(destroy_map) == len(before) or any(len(inputs) != 1 for inputs in destroy_map.values()):
         return None, []
-    handler = fgraph.destroy_handler
     clients = fgraph.clients
     verdict = VALID
     roots = set()
@@ -219,13 +251,15 @@ def has_readers(fgraph, old, new) -> bool:
 class FastValidation:
     """Within ``with``: ``fgraph``'s ``replace_all_validate`` and ``has_destroyers`` stand-ins (module docstring)."""
 
-    def __init__(self, fgraph, check: bool = False):
+    def __init__(self, fgraph, check: bool = False, renamed: bool = False):
         from pytensor.compile.function.types import Supervisor
         from pytensor.graph.features import NoOutputFromInplace, ReplaceValidate
 
         self.fgraph = fgraph
         #: tests: validate proven changes anyway and compare ``has_destroyers`` with pytensor's (AssertionError if they differ)
         self.check = check
+        #: whether :func:`judge` answers a renamed node (the ``late`` wrappers)
+        self.renamed = renamed
         self.stats: Counter = Counter()
         self.checker = next(f for f in fgraph._features if isinstance(f, ReplaceValidate))
         supervisors = [f for f in fgraph._features if isinstance(f, Supervisor)]
@@ -292,7 +326,9 @@ class FastValidation:
         if self.checker.fail_validate:
             return None
         positions = None if order is None else order.pos
-        verdict, late = judge(self.fgraph, old, new, nodes_before, self.protected, self.supervised, self.kept_outputs, positions)
+        verdict, late = judge(
+            self.fgraph, old, new, nodes_before, self.protected, self.supervised, self.kept_outputs, positions, self.renamed
+        )
         if verdict is VALID and order is not None:
             order.rename(old, new)
             order.accepted(new)
@@ -319,7 +355,10 @@ class FastValidation:
             self.order = None
             return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
         try:
-            order = self.topological_order() if has_readers(fgraph, old, new) else self.order
+            if self.renamed and new.op.destroy_map == old.op.destroy_map:
+                order = self.order  # a renamed node needs no order (kept renamed when there is one)
+            else:
+                order = self.topological_order() if has_readers(fgraph, old, new) else self.order
         except Exception:
             if self.check:
                 raise
@@ -344,7 +383,9 @@ class FastValidation:
             verdict = self.order = None
         if verdict is VALID:
             self.stats["proven"] += 1
-            if old.op.destroy_map:
+            if old.op.destroy_map == new.op.destroy_map:
+                self.stats["renamed"] += 1
+            elif old.op.destroy_map:
                 self.stats["widened"] += 1
             if self.check:
                 try:
@@ -376,18 +417,20 @@ class FastValidation:
 class FastInplace(GraphRewriter):
     """A stock in-place graph rewriter run under :class:`FastValidation` on its fgraph."""
 
-    def __init__(self, inner, check: bool = False):
+    def __init__(self, inner, check: bool = False, late: bool = False):
         self.inner = inner
         self.check = check
+        #: a rewriter after the destroy handler that makes nothing in place (module docstring)
+        self.late = late
 
     def add_requirements(self, fgraph):
         self.inner.add_requirements(fgraph)
 
     def apply(self, fgraph, *args, **kwargs):
-        if not enabled() or not FastValidation.usable(fgraph):
+        if not enabled() or (self.late and not late_enabled()) or not FastValidation.usable(fgraph):
             return self.inner.apply(fgraph, *args, **kwargs)
         check = self.check or os.environ.get("PMFAST_INPLACE_FAST") == "check"
-        with FastValidation(fgraph, check) as fast:
+        with FastValidation(fgraph, check, renamed=self.late) as fast:
             prof = self.inner.apply(fgraph, *args, **kwargs)
         counts = getattr(fgraph, "_pmfast_inplace_fast", None)
         if counts is None:
@@ -409,15 +452,16 @@ _registered: list[str] = []
 
 
 def register() -> tuple[str, ...]:
-    """Register a :class:`FastInplace` beside each stock entry of :data:`WRAPPED` (same position;
+    """Register a :class:`FastInplace` beside each stock entry of :data:`WRAPPED` and :data:`LATE` (same position;
     the name's suffix keeps its order among the entries of that position); returns the stock names."""
     from pytensor.compile import optdb
 
     if not _registered:
-        for name in WRAPPED:
+        for name in WRAPPED + LATE:
             if name not in optdb.__db__:
                 continue
             (inner,) = optdb.__db__[name]
-            optdb.register(name + SUFFIX, FastInplace(inner), TAG, position=optdb.__position__[name])
+            wrapper = FastInplace(inner, late=name in LATE)
+            optdb.register(name + SUFFIX, wrapper, TAG, position=optdb.__position__[name])
             _registered.append(name)
     return tuple(_registered)

@@ -48,6 +48,7 @@ import logging
 from pytensor.graph.rewriting.basic import WalkingGraphRewriter, node_rewriter
 from pytensor.tensor.elemwise import Elemwise
 
+from pmfast.inplace_fast import FastInplace
 from pmfast.loops.dispatch import will_vectorize
 from pmfast.loops.op import IndexedElemwise
 from pmfast.passes.indexed_gathers import _layout, keyed_shapes  # noqa: F401  (_layout re-exported for tests)
@@ -166,9 +167,12 @@ indexed_elemwise_pass.register(IndexedElemwiseFusion(vectorize_all=True), 49.35,
 
 # Position 70.65: next to stock ``local_inplace_AdvancedIncSubtensor1`` (70.6),
 # after the destroy handler is attached, so the validation of the inplace
-# replacement (buffer not needed elsewhere, not a protected input) is pytensor's.
+# replacement (buffer not needed elsewhere, not a protected input) is pytensor's,
+# each change judged locally when that is certain (pmfast/inplace_fast.py).
 indexed_elemwise_pass.register(
-    WalkingGraphRewriter(indexed_elemwise_inplace, failure_callback=WalkingGraphRewriter.warn_inplace),
+    FastInplace(
+        WalkingGraphRewriter(indexed_elemwise_inplace, failure_callback=WalkingGraphRewriter.warn_inplace), late=True
+    ),
     70.65,
     name="inplace",
 )
