@@ -275,6 +275,13 @@ PATCHES: tuple[Patch, ...] = (
         ("tests/graph/test_destroyhandler.py", "tests/tensor/rewriting/test_basic.py"),
     ),
     Patch(
+        "pytensor.compile.function.types:Supervisor.validate",
+        "pmfast.supervisor_check",
+        "the Supervisor's check after every validated change answered from the destroyed roots in one refresh, not one destroyer query per protected variable and graph output (outputs x changes: 1.64 M queries in hier_var 32 groups' initial point; the same answer and exception; PMFAST_SUPERVISOR_CHECK=0)",
+        "compile",
+        ("tests/compile/function/test_types.py", "tests/graph/test_destroyhandler.py"),
+    ),
+    Patch(
         "pytensor.graph.fg:toposort",
         "pmfast.fg_import",
         "FunctionGraph.import_node's walk over the new nodes reads the graph's variable set in place instead of copying it at every import (the same nodes in the same order; PMFAST_FG_IMPORT=0)",
