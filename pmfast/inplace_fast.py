@@ -465,3 +465,41 @@ def register() -> tuple[str, ...]:
             optdb.register(name + SUFFIX, wrapper, TAG, position=optdb.__position__[name])
             _registered.append(name)
     return tuple(_registered)
+
+
+#: stock in-place rewriters of every function pmfast's compile builds (the initial point function's
+#: too, in pymc's mode): inside the compile their optdb instance runs as a :class:`FastInplace`
+SCOPED = ("random_make_inplace",)
+
+
+def scoped_enabled() -> bool:
+    """Whether :data:`SCOPED` rewriters are judged inside pmfast's compile (``PMFAST_INPLACE_SCOPED=0``: not)."""
+    return os.environ.get("PMFAST_INPLACE_SCOPED", "1") != "0"
+
+
+def install() -> None:
+    """Each :data:`SCOPED` optdb instance's ``apply``, inside pmfast's compile, a :class:`FastInplace`
+    around a copy of the instance (idempotent). ``random_make_inplace`` turns each RandomVariable into
+    its in-place version (same inputs, the generator destroyed): the change :func:`judge` proves,
+    which pytensor validates over the whole graph once per variable."""
+    import copy
+
+    from pytensor.compile import optdb
+
+    from pmfast.compiler.patching import scoped
+
+    for name in SCOPED:
+        if name not in optdb.__db__:
+            continue
+        (inner,) = optdb.__db__[name]
+        if getattr(inner.__dict__.get("apply"), "_pmfast", False):
+            continue
+        plain = copy.copy(inner)
+        wrapper = FastInplace(plain)
+
+        def apply(fgraph, *args, plain=plain, wrapper=wrapper, **kwargs):
+            if not scoped_enabled():
+                return plain.apply(fgraph, *args, **kwargs)
+            return wrapper.apply(fgraph, *args, **kwargs)
+
+        inner.apply = scoped(plain.apply, apply)

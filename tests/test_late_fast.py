@@ -135,3 +135,36 @@ def test_late_wiring():
         assert wrapper.late and optdb.__position__[name + inplace_fast.SUFFIX] == optdb.__position__[name]
     (inplace_pass,) = optdb.__db__["pmfast.indexed_elemwise.inplace"]
     assert isinstance(inplace_pass, inplace_fast.FastInplace) and inplace_pass.late
+
+
+def _rv_function():
+    import pytensor
+    from pytensor.compile.mode import get_mode
+
+    rng = pytensor.shared(np.random.default_rng(0))
+    mu = pt.dvector("mu")
+    next_rng, draws = pt.random.normal(mu, 1.0, rng=rng).owner.outputs
+    next_rng2, more = pt.random.uniform(draws, 2.0, rng=next_rng).owner.outputs
+    mode = get_mode("FAST_COMPILE").including("random_make_inplace")
+    return pytensor.function([mu], [draws, more], updates={rng: next_rng2}, mode=mode)
+
+
+def test_random_make_inplace_judged_inside_the_compile(monkeypatch):
+    """Inside pmfast's compile, pymc-style functions' RandomVariables go in place through the judged
+    path (counted), with the same graph as pytensor's path outside it and with the switch off."""
+    from pmfast import compiler
+    from pmfast.compiler import patching
+
+    compiler.setup()
+    outside = _rv_function().maker.fgraph
+    assert not getattr(outside, "_pmfast_inplace_fast", None)
+    with patching.compiling():
+        inside = _rv_function().maker.fgraph
+        monkeypatch.setenv("PMFAST_INPLACE_SCOPED", "0")
+        off = _rv_function().maker.fgraph
+    assert inside._pmfast_inplace_fast["proven"] == 2, inside._pmfast_inplace_fast
+    assert not getattr(off, "_pmfast_inplace_fast", None)
+    for fg in (inside, off):
+        assert equal_computations(outside.outputs, fg.outputs, outside.inputs, fg.inputs)
+        assert destroy_maps(outside) == destroy_maps(fg)
+    assert sum(bool(dm) for _, dm in destroy_maps(inside)) == 2

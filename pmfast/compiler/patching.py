@@ -282,6 +282,13 @@ PATCHES: tuple[Patch, ...] = (
         ("tests/compile/function/test_types.py", "tests/graph/test_destroyhandler.py"),
     ),
     Patch(
+        "pytensor.compile.mode:optdb[random_make_inplace].apply",
+        "pmfast.inplace_fast",
+        "each RandomVariable made in place with the change judged locally (same inputs, the generator destroyed) instead of a whole-graph validation per variable (the initial point function's, in pymc's mode; PMFAST_INPLACE_SCOPED=0)",
+        "compile",
+        ("tests/tensor/random/rewriting/test_basic.py", "tests/graph/test_destroyhandler.py"),
+    ),
+    Patch(
         "pytensor.graph.fg:toposort",
         "pmfast.fg_import",
         "FunctionGraph.import_node's walk over the new nodes reads the graph's variable set in place instead of copying it at every import (the same nodes in the same order; PMFAST_FG_IMPORT=0)",
