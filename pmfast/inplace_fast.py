@@ -36,7 +36,9 @@ whole-graph validation per change: ``local_useless_unbatched_blockwise`` (stock,
 pmfast's ``indexed_elemwise.inplace`` run wrapped too (``late=True``). Their usual change swaps a
 node for one with the same inputs, ``destroy_map`` and outputs (a Blockwise for its core op): the
 destroy handler's state is then the old one with the node renamed, valid as before, so
-:func:`judge` answers :data:`VALID` (``renamed``) unless an input it destroys is aliased.
+:func:`judge` answers :data:`VALID` (``renamed``) unless an input it destroys is aliased. A
+Blockwise with length-1 batch dims becomes a chain instead (squeezes, the core op, an expand):
+:mod:`pmfast.inplace_chain` decides those.
 
 ``PMFAST_INPLACE_FAST=0`` runs the wrapped rewriters exactly as pytensor's; ``=check`` runs the
 judged path in check mode (every judgement validated as well; slow, for verification).
@@ -50,7 +52,8 @@ from collections import Counter
 
 from pytensor.graph.rewriting.basic import GraphRewriter
 
-from pmfast.inplace_order import TopologicalOrder, view_tree
+from pmfast.inplace_chain import chain_core, judge_chain
+from pmfast.inplace_order import TopologicalOrder, aliased, view_tree
 
 #: stock rewriters run wrapped in pmfast's mode (optdb entry names)
 WRAPPED = (
@@ -223,19 +226,6 @@ def judge(
     return verdict, (late if verdict is VALID else [])
 
 
-def aliased(node, i: int, members) -> bool:
-    """DestroyHandler's input aliasing rule: ``node`` destroying input ``i`` reads the same tree
-    (``members``) at another input, not excused by the op's ``destroyhandler_tolerate_same`` (the
-    same variable) or ``destroyhandler_tolerate_aliased`` (any alias) pairs."""
-    op = node.op
-    tolerated = {b for a, b in getattr(op, "destroyhandler_tolerate_same", []) if a == i} | {i}
-    ignored = {b for a, b in getattr(op, "destroyhandler_tolerate_aliased", []) if a == i}
-    v = node.inputs[i]
-    return any(
-        j not in ignored and inp in members and (j not in tolerated or inp is not v) for j, inp in enumerate(node.inputs)
-    )
-
-
 def has_readers(fgraph, old, new) -> bool:
     """Before replacing ``old`` by ``new``: whether a tree (:func:`view_tree`) of an input ``new``
     destroys has a client besides ``old`` (then :func:`judge` needs a topological order)."""
@@ -350,6 +340,9 @@ class FastValidation:
             return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
         old = replacements[0][0].owner
         new = replacements[0][1].owner
+        chain = chain_core(old, replacements) if self.renamed and old is not None else None
+        if chain is not None and not self.checker.fail_validate:
+            return self.replace_chain(replacements, old, *chain, reason=reason, verbose=verbose, **kwargs)
         if old is None or new is None or any(r.owner is not old or n.owner is not new for r, n in replacements):
             self.stats["validated"] += 1
             self.order = None
@@ -414,6 +407,42 @@ class FastValidation:
         return chk
 
 
+    def replace_chain(self, replacements, old, core, views, reason=None, verbose=None, **kwargs):
+        """A :func:`chain_core` replacement, made, then :func:`judge_chain`'s verdict or pytensor's validation."""
+        fgraph = self.fgraph
+        chk = fgraph.checkpoint()
+        nodes_before = len(fgraph.apply_nodes)
+        self.order = None
+        try:
+            for r, new_r in replacements:
+                fgraph.replace(r, new_r, reason=reason, verbose=False, **kwargs)
+        except Exception:
+            fgraph.revert(chk)
+            return self.original(replacements, reason=reason, verbose=verbose, **kwargs)
+        try:
+            verdict = judge_chain(fgraph, old, core, views, nodes_before)
+        except Exception:
+            if self.check:
+                raise
+            verdict = False
+        if verdict:
+            self.stats["proven"] += 1
+            self.stats["chain"] += 1
+            if self.check:
+                try:
+                    fgraph.validate()
+                except Exception as error:
+                    self._failed(f"proven chain replacing {old} failed validation: {error}")
+            return chk
+        self.stats["validated"] += 1
+        try:
+            fgraph.validate()
+        except Exception:
+            fgraph.revert(chk)
+            raise
+        return chk
+
+
 class FastInplace(GraphRewriter):
     """A stock in-place graph rewriter run under :class:`FastValidation` on its fgraph."""
 
@@ -465,41 +494,3 @@ def register() -> tuple[str, ...]:
             optdb.register(name + SUFFIX, wrapper, TAG, position=optdb.__position__[name])
             _registered.append(name)
     return tuple(_registered)
-
-
-#: stock in-place rewriters of every function pmfast's compile builds (the initial point function's
-#: too, in pymc's mode): inside the compile their optdb instance runs as a :class:`FastInplace`
-SCOPED = ("random_make_inplace",)
-
-
-def scoped_enabled() -> bool:
-    """Whether :data:`SCOPED` rewriters are judged inside pmfast's compile (``PMFAST_INPLACE_SCOPED=0``: not)."""
-    return os.environ.get("PMFAST_INPLACE_SCOPED", "1") != "0"
-
-
-def install() -> None:
-    """Each :data:`SCOPED` optdb instance's ``apply``, inside pmfast's compile, a :class:`FastInplace`
-    around a copy of the instance (idempotent). ``random_make_inplace`` turns each RandomVariable into
-    its in-place version (same inputs, the generator destroyed): the change :func:`judge` proves,
-    which pytensor validates over the whole graph once per variable."""
-    import copy
-
-    from pytensor.compile import optdb
-
-    from pmfast.compiler.patching import scoped
-
-    for name in SCOPED:
-        if name not in optdb.__db__:
-            continue
-        (inner,) = optdb.__db__[name]
-        if getattr(inner.__dict__.get("apply"), "_pmfast", False):
-            continue
-        plain = copy.copy(inner)
-        wrapper = FastInplace(plain)
-
-        def apply(fgraph, *args, plain=plain, wrapper=wrapper, **kwargs):
-            if not scoped_enabled():
-                return plain.apply(fgraph, *args, **kwargs)
-            return wrapper.apply(fgraph, *args, **kwargs)
-
-        inner.apply = scoped(plain.apply, apply)

@@ -36,6 +36,19 @@ def destroys(node, index: int) -> bool:
     return bool(destroy_map) and any(index in inputs for inputs in destroy_map.values())
 
 
+def aliased(node, i: int, members) -> bool:
+    """DestroyHandler's input aliasing rule: ``node`` destroying input ``i`` reads the same tree
+    (``members``) at another input, not excused by the op's ``destroyhandler_tolerate_same`` (the
+    same variable) or ``destroyhandler_tolerate_aliased`` (any alias) pairs."""
+    op = node.op
+    tolerated = {b for a, b in getattr(op, "destroyhandler_tolerate_same", []) if a == i} | {i}
+    ignored = {b for a, b in getattr(op, "destroyhandler_tolerate_aliased", []) if a == i}
+    v = node.inputs[i]
+    return any(
+        j not in ignored and inp in members and (j not in tolerated or inp is not v) for j, inp in enumerate(node.inputs)
+    )
+
+
 class TopologicalOrder:
     """Positions of ``fgraph``'s apply nodes in an order respecting data edges and destroy orderings."""
 

@@ -51,6 +51,50 @@ def test_renamed_nodes_after_inplace_stages_same_as_pytensor(program):
         np.testing.assert_allclose(got, want, rtol=1e-13)
 
 
+@node_rewriter(None)
+def through_a_row(fgraph, node):
+    """An Elemwise (in place or not) made again on its inputs as rows, its outputs squeezed back:
+    views -> the same op -> views, the chain a Blockwise without batch dims becomes."""
+    from pytensor.tensor.elemwise import Elemwise
+
+    if not isinstance(node.op, Elemwise) or any(i.type.ndim != 1 for i in node.inputs):
+        return None
+    new = node.op.make_node(*(pt.shape_padleft(i) for i in node.inputs))
+    return [o.squeeze(0) for o in new.outputs]
+
+
+@settings(max_examples=60, deadline=None, derandomize=True)
+@given(programs())
+def test_chains_after_inplace_stages_same_as_pytensor(program):
+    """After pytensor's in-place stages, every vector Elemwise made a chain through a row: check mode
+    validates each verdict; graph, destroy maps and values equal pytensor's path."""
+    reference = fgraph_of(program)
+    graphs = []
+    for fast in (False, True):
+        fg = run(fgraph_of(program), False)
+        rewriter = WalkingGraphRewriter(through_a_row, ignore_newtrees=True)
+        if fast:
+            rewriter = inplace_fast.FastInplace(rewriter, check=True, late=True)
+        rewriter.add_requirements(fg)
+        rewriter.apply(fg)
+        graphs.append(fg)
+    stock, fast = graphs
+    counts = getattr(fast, "_pmfast_inplace_fast", {})
+    assert not counts.get("check_failed")
+    TOTALS["chain"] = TOTALS.get("chain", 0) + counts.get("chain", 0)
+    assert equal_computations(stock.outputs, fast.outputs, stock.inputs, fast.inputs)
+    assert destroy_maps(stock) == destroy_maps(fast)
+    values = [np.linspace(0.1, 0.9, 4) * (i + 1) for i in range(len(fast.inputs))]
+    for want, got in zip(evaluate(reference, values), evaluate(fast, values), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-13)
+
+
+def test_random_programs_make_chains():
+    TOTALS["chain"] = 0
+    test_chains_after_inplace_stages_same_as_pytensor()
+    assert TOTALS["chain"] > 0, TOTALS
+
+
 def test_random_programs_rename_destroyers():
     """The property test above saw in-place nodes renamed without validation, and views validated."""
     TOTALS.update(renamed=0, validated=0)
@@ -168,3 +212,21 @@ def test_random_make_inplace_judged_inside_the_compile(monkeypatch):
         assert equal_computations(outside.outputs, fg.outputs, outside.inputs, fg.inputs)
         assert destroy_maps(outside) == destroy_maps(fg)
     assert sum(bool(dm) for _, dm in destroy_maps(inside)) == 2
+
+
+def _batched_cholesky():
+    a = pt.tensor3("a", shape=(1, 3, 3))
+    spd = a @ a.mT + 3 * pt.eye(3)
+    chol = pt.linalg.cholesky(spd)
+    return fgraph_of_outputs([chol.sum() + chol], [a])
+
+
+def test_unbatched_blockwise_with_a_batch_dim_is_a_judged_chain():
+    """A Blockwise with a length-1 batch dim becomes squeeze -> core op (in place on the squeezed
+    view) -> expand: judged as a chain (check mode validates it), same graph as pytensor's path."""
+    stock, fast = _useless_blockwise(_batched_cholesky(), False), _useless_blockwise(_batched_cholesky(), True)
+    counts = fast._pmfast_inplace_fast
+    assert counts["chain"] >= 1 and not counts["check_failed"], counts
+    assert equal_computations(stock.outputs, fast.outputs, stock.inputs, fast.inputs)
+    assert destroy_maps(stock) == destroy_maps(fast)
+    assert any("Cholesky" in op and dm for op, dm in destroy_maps(fast))

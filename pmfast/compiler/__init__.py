@@ -59,12 +59,12 @@ def setup() -> None:
     static_shapes.install()
     determinism.install()
     symbols.install()
-    from pmfast import c_support, destroy_cycles, fg_import, inplace_fast, shape_lengths, supervisor_check
+    from pmfast import c_support, destroy_cycles, fg_import, inplace_scoped, shape_lengths, supervisor_check
 
     shape_lengths.install()
     destroy_cycles.install()
     supervisor_check.install()
-    inplace_fast.install()
+    inplace_scoped.install()
     fg_import.install()
     c_support.install()
 

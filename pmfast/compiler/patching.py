@@ -283,7 +283,7 @@ PATCHES: tuple[Patch, ...] = (
     ),
     Patch(
         "pytensor.compile.mode:optdb[random_make_inplace].apply",
-        "pmfast.inplace_fast",
+        "pmfast.inplace_scoped",
         "each RandomVariable made in place with the change judged locally (same inputs, the generator destroyed) instead of a whole-graph validation per variable (the initial point function's, in pymc's mode; PMFAST_INPLACE_SCOPED=0)",
         "compile",
         ("tests/tensor/random/rewriting/test_basic.py", "tests/graph/test_destroyhandler.py"),
