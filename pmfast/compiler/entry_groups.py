@@ -29,6 +29,13 @@ dependencies and pytensor's destroy orderings (``fgraph.orderings()``: a value i
 in-place op overwrites it); a group that makes that impossible is dropped. The same node functions
 run on the same values, so the results are the same bits.
 
+**Copies that differ.** A row the copies don't all agree on may drop up to a quarter of the seed's
+copies (those outside the largest agreeing set; they stay inline or group among themselves), and
+with many copies a group needs fewer statements (:func:`min_statements`): hier_var's copies differ
+where one of them destroys a buffer all read (``PMFAST_GROUP_SUBSETS=0``: every copy or no row, 8
+statements). Such an in-place copy calls its plain twin's node function inside a group
+(:mod:`pmfast.compiler.group_twins`).
+
 Declined (the entry as before, byte for byte) when no group of at least :data:`MIN_STATEMENTS`
 statements repeats, or ``PMFAST_ENTRY_GROUPS=0``. The groups' keys are part of the entry's key.
 """

@@ -248,8 +248,7 @@ def generate_source(spec: EntrySpec, name: str = "entry") -> str:
     many = len(pieces) > MAX_ARITY  # a set_subtensor chain's pieces (pmfast.compiler.set_chain): one raise
     for piece in pieces:  # each piece copied by an intrinsic: -1 if it doesn't fit (nothing written)
         if many:
-            emit("    if _pm_at >= 0:")
-            emit(f"        _pm_at = _pm_put(out_, _pm_at, {piece}, {spec.n_out})")
+            emit(f"    _pm_at = _pm_put_called(out_, _pm_at, {piece}, {spec.n_out})")
             continue
         emit(f"    _pm_at = _pm_put(out_, _pm_at, {piece}, {spec.n_out})")
         emit("    if _pm_at < 0:")
