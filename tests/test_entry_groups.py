@@ -268,3 +268,108 @@ def test_model_compiles_one_function_per_group(compiled_blocks):
     _, _, _, _, names, plans = compiled_blocks
     groups = [n for n in names if n.startswith("_pm_group")]
     assert sorted(groups) == sorted(f"_pm_group{i}" for i in range(len(plans[0].groups)))
+
+
+# ---- copies that differ: a subset grows on, an in-place copy calls its twin ----
+
+
+def _odd_program(k: int, odd: int, at: int):
+    """``k`` copies of a 12-statement chain with a 3-statement side chain from its value ``at``; the side
+    chain of copy ``odd`` starts with ``f_odd`` (the same sum under another key, as an in-place node
+    function is another function). Both chains end in the shared sum."""
+    stmts = []
+    for g in range(k):
+        prev = f"c{g}"
+        for i in range(12):
+            stmts.append(f"t{g}_{i} = {'f_add' if i % 2 == 0 else 'f_sub'}({prev}, x)")
+            prev = f"t{g}_{i}"
+        stmts.append(f"s{g}_0 = {'f_odd' if g == odd else 'f_add'}(t{g}_{at}, x)")
+        stmts.append(f"s{g}_1 = f_sub(s{g}_0, x)")
+        stmts.append(f"s{g}_2 = f_mul(s{g}_1, x)")
+    stmts.append(f"total = f_sum({', '.join(f't{g}_11, s{g}_2' for g in range(k))})")
+    return stmts
+
+
+def _odd_env(k):
+    env = _env(k)
+    env["f_odd"] = Deferred(numba.njit(_f_add), "test_groups_f_odd", None)
+    consts = {f"c{g}": np.int64(g + 1) for g in range(k)}
+    env.update(consts)
+    return env, consts
+
+
+@pytest.mark.parametrize("subsets", ["1", "0"])
+def test_one_differing_copy_leaves_the_others_grouped(monkeypatch, subsets):
+    monkeypatch.setenv("PMFAST_GROUP_SUBSETS", subsets)
+    k = 8
+    stmts = _odd_program(k, odd=3, at=6)
+    env, consts = _odd_env(k)
+    plan, _ = _plan(stmts, env)
+    want = _run(stmts, env, consts)
+    assert plan is not None and _run(plan.body, {**env, **plan.env}, consts) == want
+    shape = [(len(g.copies), len(g.copies[0])) for g in plan.groups]
+    if subsets == "0":  # a row must hold in every copy: the side chains stay inline
+        assert shape == [(k, 12)] and len(plan.body) == k + 3 * k + 1
+    else:  # the odd copy left out (inline), the side chain grouped with the rest
+        assert shape == [(k - 1, 15)] and len(plan.body) == (k - 1) + 15 + 1
+
+
+def _inplace_nodes(stmts, inplace_at):
+    """A graph node per statement: an ``inc_subtensor`` (in place at ``inplace_at``) for ``f_add``/``f_odd``."""
+    import pytensor.tensor as pt
+    from pytensor.tensor.subtensor import IncSubtensor
+
+    x, y = pt.vector("x", shape=(3,)), pt.scalar("y")
+    idx = pt.constant(0, dtype="int64")
+    plain, inplace = (IncSubtensor([idx.type], inplace=b) for b in (False, True))
+    other = pt.exp(x).owner
+    return [
+        (inplace if i in inplace_at else plain).make_node(x, y, idx) if " f_add(" in s or " f_odd(" in s else other
+        for i, s in enumerate(stmts)
+    ]
+
+
+def test_an_in_place_copy_calls_its_twin_in_the_group():
+    """The odd copy's statement is an in-place variant of the others': it calls their node function,
+    all eight copies are one group, and its destroy ordering (after another copy) no longer binds."""
+    from pmfast.compiler import group_twins
+
+    k = 8
+    stmts = _odd_program(k, odd=3, at=6)
+    odd = stmts.index("s3_0 = f_odd(t3_6, x)")
+    nodes = _inplace_nodes(stmts, {odd})
+    env, consts = _odd_env(k)
+    parsed = entry_groups._parse(stmts, {"x"}, env)
+    assert group_twins.twins(parsed, nodes) == {odd: "f_add"}
+    later = stmts.index("t7_0 = f_add(c7, x)")
+    fn = _fn()
+    fn.maker.fgraph.orderings = lambda: {nodes[odd]: [nodes[later]]}  # readers first
+    spec = _spec(stmts)
+    spec.nodes = tuple(nodes)
+    made = {}
+
+    def jit(src, name, genv, key):
+        scope = dict(genv)
+        exec(src, scope)
+        made[name] = src
+        return numba.njit(scope[name])
+
+    plan = entry_groups.plan(spec, env, fn, "graph-key", {}, jit, entry_key)
+    assert plan is not None and [len(g.copies) for g in plan.groups] == [k]
+    assert "f_odd" not in "".join(plan.body) + "".join(made.values())
+    assert _run(plan.body, {**env, **plan.env}, consts) == _run(stmts, env, consts)
+
+
+def test_twins_only_for_a_minority_of_in_place_statements(monkeypatch):
+    from pmfast.compiler import group_twins
+
+    stmts = _odd_program(4, odd=1, at=2)
+    env, _ = _odd_env(4)
+    parsed = entry_groups._parse(stmts, {"x"}, env)
+    adds = [i for i, s in enumerate(stmts) if " f_add(" in s]
+    assert group_twins.twins(parsed, _inplace_nodes(stmts, set(adds))) == {}  # every one in place: none
+    most = set(adds[: len(adds) // 2 + 1])
+    assert group_twins.twins(parsed, _inplace_nodes(stmts, most)) == {}  # more in place than plain
+    assert set(group_twins.twins(parsed, _inplace_nodes(stmts, {adds[0]}))) == {adds[0]}
+    monkeypatch.setenv("PMFAST_GROUP_TWINS", "0")
+    assert group_twins.twins(parsed, _inplace_nodes(stmts, {adds[0]})) == {}

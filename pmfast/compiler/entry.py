@@ -370,6 +370,7 @@ def prepare_entry(spec: EntrySpec, fn, inline: bool = True, groups: bool = True)
         _pm_store_cell=entry_native.store_cell,
         _pm_store_slot=entry_native.store_slot,
         _pm_put=entry_native.put_piece,
+        _pm_put_called=entry_native._jit_put_piece_called(),
         _pm_u64=np.uint64,
         _pm_f64=np.float64,
         **{f"_pm_dt{i}": np.dtype(s.dtype).type for i, s in enumerate(spec.shared)},

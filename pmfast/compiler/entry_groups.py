@@ -29,6 +29,13 @@ dependencies and pytensor's destroy orderings (``fgraph.orderings()``: a value i
 in-place op overwrites it); a group that makes that impossible is dropped. The same node functions
 run on the same values, so the results are the same bits.
 
+**Copies that differ.** A row the copies don't all agree on may drop up to a quarter of the seed's
+copies (those outside the largest agreeing set; they stay inline or group among themselves), and
+with many copies a group needs fewer statements (:func:`min_statements`): hier_var's copies differ
+where one of them destroys a buffer all read (``PMFAST_GROUP_SUBSETS=0``: every copy or no row, 8
+statements). Such an in-place copy calls its plain twin's node function inside a group
+(:mod:`pmfast.compiler.group_twins`).
+
 Declined (the entry as before, byte for byte) when no group of at least :data:`MIN_STATEMENTS`
 statements repeats, or ``PMFAST_ENTRY_GROUPS=0``. The groups' keys are part of the entry's key.
 """
@@ -48,11 +55,29 @@ GROUPS_VERSION = 1
 #: A group smaller than this (statements per copy) stays inline: its call glue would cost about
 #: what its statements do.
 MIN_STATEMENTS = 8
+#: With many copies a group of as few as this many statements is still called (``min_statements``).
+MIN_STATEMENTS_MANY = 3
+#: ... when its copies hold at least this many statements in all.
+MIN_SAVED = 48
 
 
 def enabled() -> bool:
     """``PMFAST_ENTRY_GROUPS=0`` turns the grouping off."""
     return os.environ.get("PMFAST_ENTRY_GROUPS", "1") != "0"
+
+
+def subsets_enabled() -> bool:
+    """Whether a group may drop a few of its copies to grow further (``PMFAST_GROUP_SUBSETS=0``: every
+    seed member or no row), and whether many copies lower the size a group needs (:func:`min_statements`)."""
+    return os.environ.get("PMFAST_GROUP_SUBSETS", "1") != "0"
+
+
+def min_statements(copies: int) -> int:
+    """The statements per copy a group (or stage) needs: :data:`MIN_STATEMENTS`, or, with many copies,
+    as few as :data:`MIN_STATEMENTS_MANY` when they make :data:`MIN_SAVED` statements in all."""
+    if not subsets_enabled():
+        return MIN_STATEMENTS
+    return max(MIN_STATEMENTS_MANY, min(MIN_STATEMENTS, -(-MIN_SAVED // copies)))
 
 
 @dataclass
@@ -141,31 +166,61 @@ def find(stmts: list[_Stmt], env: dict, inputs) -> list[Group]:
     seeds = sorted((c for c, m in members.items() if len(m) > 1 and local[m[0]][0] != "opaque"), key=lambda c: -depth[members[c][0]])
     claim: dict[int, tuple[int, int]] = {}
     groups: list[Group] = []
+    subsets = subsets_enabled()
     for c in seeds:
         seed = [i for i in members[c] if i not in claim]
         if len(seed) < 2:
             continue
-        m, gid = len(seed), len(groups)
-        rows = [tuple(seed)]
+        gid = len(groups)
+        rows = [list(seed)]
         for s in seed:
             claim[s] = (gid, 0)
-        todo = [tuple(seed)]
+        todo = [0]
+        budget = [len(seed) // 4 if subsets else 0]  # copies that may still be dropped
 
         def take(row):
             for s in row:
                 claim[s] = (gid, len(rows))
-            rows.append(tuple(row))
-            todo.append(tuple(row))
+            rows.append(list(row))
+            todo.append(len(rows) - 1)
+
+        def agree(buckets):
+            """The copies (positions) to keep for a candidate row: all, or all but those outside the
+            largest bucket when at most ``budget`` copies fall outside it; None: no row."""
+            m = len(rows[0])
+            best = max(buckets.values(), key=len, default=[])
+            if len(best) == m:
+                return best
+            if len(best) < 2 or m - len(best) > budget[0]:
+                return None
+            return best
+
+        def shrink(keep):
+            budget[0] -= len(rows[0]) - len(keep)
+            for r, row in enumerate(rows):
+                for q, s in enumerate(row):
+                    if q not in keep:
+                        del claim[s]
+                rows[r] = [row[q] for q in keep]
 
         while todo:
-            row = todo.pop()
+            row = rows[todo.pop()]
             for j in range(len(stmts[row[0]].args)):
-                ps = [prod.get(stmts[s].args[j]) for s in row]
-                if any(p is None for p in ps) or len({p[1] for p in ps}) > 1:
+                buckets: dict = {}
+                for q, s in enumerate(row):
+                    p = prod.get(stmts[s].args[j])
+                    if p is not None and local[p[0]][0] != "opaque" and p[0] not in claim:
+                        buckets.setdefault((local[p[0]], p[1]), []).append(q)
+                keep = agree(buckets)
+                if keep is None:
                     continue
-                ps = [p[0] for p in ps]
-                if len(set(ps)) == m and len({local[p] for p in ps}) == 1 and local[ps[0]][0] != "opaque" and not any(p in claim for p in ps):
-                    take(ps)
+                ps = [prod[stmts[row[q]].args[j]][0] for q in keep]
+                if len(set(ps)) != len(ps):
+                    continue
+                if len(keep) < len(row):
+                    shrink(keep)
+                    row = [row[q] for q in keep]
+                take(ps)
             for k in range(len(stmts[row[0]].targets)):
                 per_copy = []
                 for s in row:
@@ -173,16 +228,29 @@ def find(stmts: list[_Stmt], env: dict, inputs) -> list[Group]:
                     for u, j in users.get(stmts[s].targets[k], ()):
                         d.setdefault((local[u], j), []).append(u)
                     per_copy.append(d)
-                for key in per_copy[0]:
-                    us = [d.get(key, ()) for d in per_copy]
-                    if any(len(u) != 1 for u in us):
+                for key in {key: None for d in per_copy for key in d}:
+                    if key[0][0] == "opaque" or len(per_copy) != len(row):
                         continue
-                    us = [u[0] for u in us]
-                    if len(set(us)) == m and key[0][0] != "opaque" and not any(u in claim for u in us):
-                        take(us)
+                    buckets = {}
+                    for q, d in enumerate(per_copy):
+                        us = d.get(key, ())
+                        if len(us) == 1 and us[0] not in claim:
+                            buckets.setdefault(0, []).append(q)
+                    keep = agree(buckets)
+                    if keep is None:
+                        continue
+                    us = [per_copy[q][key][0] for q in keep]
+                    if len(set(us)) != len(us):
+                        continue
+                    if len(keep) < len(row):
+                        shrink(keep)
+                        per_copy = [per_copy[q] for q in keep]
+                        row = [row[q] for q in keep]
+                    take(us)
         order = sorted(range(len(rows)), key=lambda p: rows[p][0])  # template order: copy 0's schedule
+        m = len(rows[0])
         groups.append(Group([[rows[p][c] for p in order] for c in range(m)]))
-        if len(rows) < MIN_STATEMENTS:
+        if len(rows) < min_statements(m):
             for row in rows:
                 for s in row:
                     del claim[s]
@@ -395,6 +463,25 @@ class Plan:
     sources: tuple[str, ...]
 
 
+def _groups(stmts, env, inputs, produced, users, live_out, orderings):
+    """``(groups, order)``: the verified groups and the new statement order, or None."""
+    groups = find(stmts, env, inputs)
+    if not groups:
+        return None
+    preds = [[] for _ in stmts]
+    prod = {t: i for i, st in enumerate(stmts) for t in st.targets}
+    for i, st in enumerate(stmts):
+        preds[i] = sorted({prod[a] for a in st.args if a in prod} | set(orderings.get(i, ())))
+    staged = [s for g in groups for s in _split_stages(g, stmts, preds) if len(s.copies[0]) >= min_statements(len(s.copies))]
+    groups = [g for g in staged if _verify(g, stmts, env, inputs, produced, users, live_out)]
+    while groups:
+        order = _schedule(stmts, groups, orderings)
+        if order is not None:
+            return groups, order
+        groups.pop()
+    return None
+
+
 def plan(spec, env: dict, fn, graph_key, options: dict, jit, entry_key) -> Plan | None:
     """Group ``spec``'s repeated statements (see the module docstring), or None (the entry as it is).
 
@@ -402,6 +489,7 @@ def plan(spec, env: dict, fn, graph_key, options: dict, jit, entry_key) -> Plan 
     name, env, key)``: a dispatcher compiled as the entry is; ``entry_key``: the entry's key function
     (:func:`pmfast.compiler.entry.entry_key`, passed in: the entry module imports this one).
     """
+    from pmfast.compiler import group_twins
     from pmfast.linker import chunk_source
     from pmfast.loops.deferred import Deferred
 
@@ -413,9 +501,6 @@ def plan(spec, env: dict, fn, graph_key, options: dict, jit, entry_key) -> Plan 
     if len(set(produced)) != len(produced) or inputs & set(produced):
         return None
     produced = set(produced)
-    groups = find(stmts, env, inputs)
-    if not groups:
-        return None
     users: dict = {}
     for i, st in enumerate(stmts):
         for j, a in enumerate(st.args):
@@ -424,20 +509,22 @@ def plan(spec, env: dict, fn, graph_key, options: dict, jit, entry_key) -> Plan 
     orderings = _orderings(fn, spec.nodes)
     if orderings is None:
         return None
-    preds = [[] for _ in stmts]
-    prod = {t: i for i, st in enumerate(stmts) for t in st.targets}
-    for i, st in enumerate(stmts):
-        preds[i] = sorted({prod[a] for a in st.args if a in prod} | set(orderings.get(i, ())))
-    staged = [s for g in groups for s in _split_stages(g, stmts, preds) if len(s.copies[0]) >= MIN_STATEMENTS]
-    groups = [g for g in staged if _verify(g, stmts, env, inputs, produced, users, live_out)]
-    order = None
-    while groups:
-        order = _schedule(stmts, groups, orderings)
-        if order is not None:
+    swaps = group_twins.twins(stmts, spec.nodes)
+    own = {i: stmts[i].fn for i in swaps}
+    for i, twin in swaps.items():
+        stmts[i].fn = twin
+    while True:  # a twin that joins no group: the statement calls its own function again
+        found = _groups(stmts, env, inputs, produced, users, live_out, {a: b for a, b in orderings.items() if a not in swaps})
+        grouped = {s for g in found[0] for copy in g.copies for s in copy} if found else set()
+        stray = [i for i in swaps if i not in grouped]
+        if not stray:
             break
-        groups.pop()
-    if not groups:
+        for i in stray:
+            stmts[i].fn = own[i]
+            del swaps[i]
+    if found is None:
         return None
+    groups, order = found
     new_env, keys, sources, calls = {}, [], [], {}
     for gi, g in enumerate(groups):
         name = f"_pm_group{gi}"

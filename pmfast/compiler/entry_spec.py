@@ -34,6 +34,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
+from pmfast.compiler.arity import MAX_ARITY
+
 #: Argument names of the two entry kinds (pointers), before ``ud_``.
 OUTPUT_ARGS = {"logp": ("out_", "logp_"), "expand": ("out_",)}
 
@@ -161,16 +163,23 @@ def describe(kind: str, fn, user_data, shared_names, shared_dtypes, n_in: int, n
     vector = _graph_output_index(kind, 0)  # the entry's first output is the vector
     targets = {ast.unparse(s.targets[0]): i for i, s in enumerate(stmts) if isinstance(s, ast.Assign) and len(s.targets) == 1}
     at = targets.get(outputs[vector])
-    drop = None
+    drop: set[int] = set()
+    ops, nodes = _statement_ops(fn, stmts)
     if at is not None and outputs.count(outputs[vector]) == 1:
         found = _join_pieces(fgraph, fgraph.outputs[vector], stmts[at])
         if found is not None:
             pieces[vector] = tuple(found)
-            drop = at
-    body = tuple(ast.unparse(s) for i, s in enumerate(stmts) if i != drop)
-    ops, nodes = _statement_ops(fn, stmts)
-    ops = tuple(o for i, o in enumerate(ops) if i != drop) if ops else ()
-    nodes = tuple(o for i, o in enumerate(nodes) if i != drop) if ops else ()
+            drop = {at}
+        elif getattr(fn.vm.jit_fn, "targetoptions", {}).get("_dbg_optnone"):
+            # a big graph's entry (never cut into parts, where each piece would cross every cut)
+            from pmfast.compiler.set_chain import chain_pieces
+
+            chain = chain_pieces(fgraph, fgraph.outputs[vector], stmts, nodes)
+            if chain is not None:
+                pieces[vector], drop = tuple(chain[0]), set(chain[1])
+    body = tuple(ast.unparse(s) for i, s in enumerate(stmts) if i not in drop)
+    ops = tuple(o for i, o in enumerate(ops) if i not in drop) if ops else ()
+    nodes = tuple(o for i, o in enumerate(nodes) if i not in drop) if ops else ()
     slots = shared_slots(user_data, shared_names, shared_dtypes)
     return EntrySpec(kind, n_in, n_out, user_data.dtype.itemsize // 8, slots, inputs, body, outputs, tuple(pieces), ops, nodes=nodes)
 
@@ -236,8 +245,15 @@ def generate_source(spec: EntrySpec, name: str = "entry") -> str:
     vector = _graph_output_index(spec.kind, 0)
     pieces = spec.pieces[vector] if spec.pieces[vector] is not None else (spec.outputs[vector],)
     emit("    _pm_at = 0")
+    many = len(pieces) > MAX_ARITY  # a set_subtensor chain's pieces (pmfast.compiler.set_chain): one raise
     for piece in pieces:  # each piece copied by an intrinsic: -1 if it doesn't fit (nothing written)
+        if many:
+            emit(f"    _pm_at = _pm_put_called(out_, _pm_at, {piece}, {spec.n_out})")
+            continue
         emit(f"    _pm_at = _pm_put(out_, _pm_at, {piece}, {spec.n_out})")
+        emit("    if _pm_at < 0:")
+        emit(f"        raise ValueError('{spec.kind} entry: the outputs do not fit the {spec.n_out} values expected')")
+    if many:
         emit("    if _pm_at < 0:")
         emit(f"        raise ValueError('{spec.kind} entry: the outputs do not fit the {spec.n_out} values expected')")
     emit(f"    if _pm_at != {spec.n_out}:")
