@@ -19,6 +19,7 @@ pytensor's entries).
   with a constant index vector per axis: :mod:`pmfast.compiler.adv_inc`, ``AdvancedSubtensor`` with
   them: :mod:`pmfast.compiler.adv_sub`; ``ArgSortOp`` of a vector: :mod:`pmfast.compiler.sort`;
   ``Scan``: :mod:`pmfast.compiler.scan`.
+* pmfast's ``RowSoftmax`` (:mod:`pmfast.passes.softmax_rows`): :mod:`pmfast.compiler.softmax`.
 * scalar ``Psi`` (digamma) of float64 (:func:`scalar_funcify_and_cache_key`): pytensor calls
   scipy's Cython function through a function pointer and gives up caching (key None), so every
   graph containing psi (NegativeBinomial, StudentT's nu…) was compiled again in each process.
@@ -119,6 +120,10 @@ def funcify_and_cache_key(op, node):
         from pmfast.compiler import linalg
 
         return linalg.funcify(op, node)
+    if type(op).__name__ == "RowSoftmax" and type(op).__module__ == "pmfast.passes.softmax_rows":
+        from pmfast.compiler import softmax
+
+        return softmax.funcify(op, node)
     if type(op).__name__ == "VmathElemwise" and os.environ.get("PMFAST_VMATH_PLAIN", "1") != "0":
         from pmfast.vmath import elemwise
 
