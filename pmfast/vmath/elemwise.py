@@ -105,9 +105,11 @@ def inlined_body(scalar_op, node, **kwargs):
     fn, key = numba_funcify_and_cache_key(scalar_op, node=node, **kwargs)
     if not isinstance(scalar_op, Composite):
         return fn, key
+    ir_inline = body_ir_inline()
 
     def convert(op, node=None, **kw):
-        return inlined_body(op, node)[0]
+        fn = inlined_body(op, node)[0]
+        return _ir_version(fn) if ir_inline and not isinstance(op, Composite) else fn
 
     py_func = fgraph_to_python(
         scalar_op.fgraph,
@@ -117,7 +119,32 @@ def inlined_body(scalar_op, node, **kwargs):
         squeeze_output=True,
     )
     body = numba_basic.numba_njit(py_func, forceinline=True)
-    return body, None if key is None else sha256(str(("inlined", LOWERING_VERSION, key)).encode()).hexdigest()
+    return body, None if key is None else sha256(str(("inlined", LOWERING_VERSION, key, ir_inline)).encode()).hexdigest()
+
+
+def body_ir_inline() -> bool:
+    """Whether a Composite's body inlines pytensor's scalar functions at numba's IR level
+    (``PMFAST_VMATH_BODY_IR=0``: each called, compiled on its own; part of the body's key).
+
+    Called, each (``mul``, ``add``, ``clip``…; one per signature) was a numba function compiled in
+    every process, whose LLVM module the body linked and inlined (``forceinline``) anyway: 0.3-0.8 CPU s
+    of a Gaussian process's cold compile, twice when the expand entry's bodies compiled them again in
+    the worker. Inlined at numba's IR level they are typed and lowered as part of the body, with the
+    body's flags, which are theirs (pytensor's fast-math flags; a function compiled without them keeps
+    being called: :func:`pmfast.compiler.inline.scalar_inline_version`). pmfast.vmath's kernels stay
+    called: jitted on import and cached per machine.
+    """
+    return os.environ.get("PMFAST_VMATH_BODY_IR", "1") != "0"
+
+
+def _ir_version(fn):
+    """``fn`` (a scalar op's numba function) as an ``inline="always"`` copy, unless it is pmfast's own or can't be."""
+    from pmfast.compiler import inline
+
+    inner = inline.inner_function(fn)
+    if inner is None or getattr(inner.py_func, "__module__", "").startswith("pmfast."):
+        return fn
+    return inline.scalar_inline_version(fn) or fn
 
 
 def _inlined_store(core_fn, nin: int, nout: int):
