@@ -303,6 +303,14 @@ class FastValidation:
         self.stats["check_failed"] += 1
         raise AssertionError(what)
 
+    def _confirm(self, fgraph, what: str):
+        """Check mode: a change judged valid must pass pytensor's validation too."""
+        if self.check:
+            try:
+                fgraph.validate()
+            except Exception as error:
+                self._failed(f"{what} failed validation: {error}")
+
     def topological_order(self) -> TopologicalOrder:
         """A topological order of the (valid) graph, destroy orderings included; kept through the
         changes :func:`judge` accepts, dropped after any other accepted change."""
@@ -380,11 +388,7 @@ class FastValidation:
                 self.stats["renamed"] += 1
             elif old.op.destroy_map:
                 self.stats["widened"] += 1
-            if self.check:
-                try:
-                    fgraph.validate()
-                except Exception as error:
-                    self._failed(f"proven change of {old} failed validation: {error}")
+            self._confirm(fgraph, f"proven change of {old}")
             return chk
         if verdict is INVALID:
             self.stats["refuted"] += 1
@@ -428,11 +432,7 @@ class FastValidation:
         if verdict:
             self.stats["proven"] += 1
             self.stats["chain"] += 1
-            if self.check:
-                try:
-                    fgraph.validate()
-                except Exception as error:
-                    self._failed(f"proven chain replacing {old} failed validation: {error}")
+            self._confirm(fgraph, f"proven chain replacing {old}")
             return chk
         self.stats["validated"] += 1
         try:
