@@ -25,7 +25,7 @@ import numpy as np
 from pmfast.compiler import generated, native
 
 #: Bump when the loops or the node functions change (part of the keys).
-VERSION = 1
+VERSION = 2
 
 
 def rows(x, want_sm, want_lsm):
@@ -62,42 +62,23 @@ def row(x, want_sm, want_lsm):
     m = x.shape[0]
     if m == 0:  # stock: np.max of an empty vector
         raise ValueError("zero-size array to reduction operation maximum which has no identity")
-    sm = native.empty(m if want_sm else 0, np.float64)
-    lsm = native.empty(m if want_lsm else 0, np.float64)
-    mx = -np.inf
-    for k in range(m):
-        v = x[k]
-        if v > mx or np.isnan(v):
-            mx = v
-            if np.isnan(v):
-                break
-    s = 0.0
-    for k in range(m):
-        e = np.exp(x[k] - mx)
-        if want_sm:
-            sm[k] = e
-        s += e
-    if want_sm:
-        for k in range(m):
-            sm[k] = sm[k] / s
-    if want_lsm:
-        ls = np.log(s)
-        for k in range(m):
-            lsm[k] = (x[k] - mx) - ls
-    return sm, lsm
+    sm, lsm = _rows_jit(x[None, :], want_sm, want_lsm)
+    return sm.reshape(sm.size), lsm.reshape(lsm.size)
 
 
+_rows_jit = None  # :func:`rows` jitted, which :func:`row` calls: set by :func:`jitted`
 _jitted: dict = {}
 
 
 def jitted(name: str):
     """:func:`rows` or :func:`row` jitted once per process (``cache=True``: numba caches each per
     argument types on disk, keyed by this file, for every model)."""
+    global _rows_jit
     if not _jitted:
         import numba
 
-        for fn in (rows, row):
-            _jitted[fn.__name__] = numba.njit(cache=True, fastmath=False)(fn)
+        _rows_jit = _jitted["rows"] = numba.njit(cache=True, fastmath=False)(rows)
+        _jitted["row"] = numba.njit(cache=True, fastmath=False)(row)
     return _jitted[name]
 
 
