@@ -267,7 +267,7 @@ def _compile_stages(
     from pymc.initial_point import make_initial_point_fn
     from pymc.model.transform.optimization import freeze_dims_and_data
 
-    from pmfast.compiler import callbacks, entry, entry_spec, handover
+    from pmfast.compiler import callbacks, collector, entry, entry_spec, handover
     from pmfast.passes import data_hoist
 
     with timed("initial point"):
@@ -339,6 +339,7 @@ def _compile_stages(
 
     if fetch is not None:
         fetch.stop()  # the child ends after the compile it is in
+    collector.checkpoint()  # the graphs stay alive through the numba stage: its full collections skip them
     with timed("numba: logp+grad kernel") as t:
         worker = handover.share(handover.jobs(logp, expand) if logp.parts else handover.jobs(expand), None if logp.parts else compile_logp)
         try:

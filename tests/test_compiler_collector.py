@@ -79,3 +79,41 @@ def test_compile_runs_with_the_collector_relaxed(gc_default, monkeypatch):
     assert pmfast.compile(model) == "compiled"
     assert seen == [(True, collector.YOUNG_THRESHOLD, True)]
     assert _relaxed_state() == (True, 700, False)
+
+
+def test_checkpoint_freezes_what_the_stages_left_until_the_compile_ends(gc_default, monkeypatch):
+    class Node:
+        pass
+
+    monkeypatch.delenv("PMFAST_GC_CHECKPOINT", raising=False)
+    collector.checkpoint()  # outside a compile: nothing
+    assert gc.get_freeze_count() == 0
+    with collector.relaxed():
+        kept = [Node() for _ in range(1000)]
+        before = gc.get_freeze_count()
+        collector.checkpoint()
+        assert gc.get_freeze_count() >= before + len(kept)  # skipped by the later collections
+        monkeypatch.setenv("PMFAST_GC_CHECKPOINT", "0")
+        after = gc.get_freeze_count()
+        more = [Node() for _ in range(1000)]
+        collector.checkpoint()
+        assert gc.get_freeze_count() == after  # switched off: nothing frozen
+    assert gc.get_freeze_count() == 0  # all unfrozen with the compile: collectable again
+    del kept, more
+
+
+def test_garbage_frozen_at_a_checkpoint_is_freed_after_the_compile(gc_default, monkeypatch):
+    class Node:
+        pass
+
+    monkeypatch.delenv("PMFAST_GC_CHECKPOINT", raising=False)
+    with collector.relaxed():
+        a = Node()
+        a.self = a
+        ref = weakref.ref(a)
+        del a
+        collector.checkpoint()
+        gc.collect()
+        assert ref() is not None  # frozen: a collection during the compile skips it
+    gc.collect()
+    assert ref() is None

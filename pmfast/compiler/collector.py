@@ -16,6 +16,12 @@ hier_var's peak memory (1.3 → 2.6 GB). Nothing compiled depends on when the co
 (the same LLVM IR and machine code either way). Nested and concurrent compiles share one
 setting, restored when the last one ends; a collector the user disabled is left alone.
 ``PMFAST_COMPILE_GC=1`` leaves the collector as it is.
+
+:func:`checkpoint`, called between a compile's stages, freezes what the stages so far left alive
+(the rewritten graphs the numba stage reads): the full collections during the numba stage, which
+traverse every object not frozen, then skip them too. Garbage cycles not yet collected at the
+checkpoint wait for the compile's end (the first full collection after :func:`relaxed` unfreezes).
+``PMFAST_GC_CHECKPOINT=0`` makes it do nothing.
 """
 
 from __future__ import annotations
@@ -36,6 +42,15 @@ _saved: tuple[int, ...] | None = None
 def enabled() -> bool:
     """Whether compiles relax the collector (``PMFAST_COMPILE_GC=1`` turns it off)."""
     return os.environ.get("PMFAST_COMPILE_GC", "0") != "1"
+
+
+def checkpoint() -> None:
+    """Inside :func:`relaxed`: freeze what the process holds now (``PMFAST_GC_CHECKPOINT=0``: nothing)."""
+    if os.environ.get("PMFAST_GC_CHECKPOINT", "1") == "0":
+        return
+    with _lock:
+        if _saved is not None:
+            gc.freeze()
 
 
 @contextlib.contextmanager
