@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 import types
 
 import numba
@@ -243,22 +242,14 @@ def compiled_blocks(tmp_path_factory):
         plans.append(orig(*args, **kwargs))
         return plans[-1]
 
-    saved = os.environ.get("PMFAST_ENTRY_GROUPS")
-    entry_groups.plan = spy
-    try:
-        with big_graph_entries(tmp_path_factory.mktemp("groups")):
-            fn, x0 = pmfast.logp_dlogp_function(model, "all")
-            os.environ["PMFAST_ENTRY_GROUPS"] = "1"
-            names_on = compiled_names(lambda: kernels.append(nutpie_glue.logp_kernel(fn)))
-            on = kernels[0]
-            os.environ["PMFAST_ENTRY_GROUPS"] = "0"
-            off = nutpie_glue.logp_kernel(fn)
-    finally:
-        entry_groups.plan = orig
-        if saved is None:
-            os.environ.pop("PMFAST_ENTRY_GROUPS", None)
-        else:
-            os.environ["PMFAST_ENTRY_GROUPS"] = saved
+    with pytest.MonkeyPatch.context() as mp, big_graph_entries(tmp_path_factory.mktemp("groups")):
+        mp.setattr(entry_groups, "plan", spy)
+        fn, x0 = pmfast.logp_dlogp_function(model, "all")
+        mp.setenv("PMFAST_ENTRY_GROUPS", "1")
+        names_on = compiled_names(lambda: kernels.append(nutpie_glue.logp_kernel(fn)))
+        on = kernels[0]
+        mp.setenv("PMFAST_ENTRY_GROUPS", "0")
+        off = nutpie_glue.logp_kernel(fn)
     stock, _ = pmfast.logp_dlogp_function(model, passes="none")
     return on, off, stock, x0, names_on, plans
 

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import ast
-import os
 
 import numpy as np
 import pytensor.tensor as pt
@@ -104,20 +103,12 @@ def chain_kernels(tmp_path_factory):
         specs.append(orig(*args, **kwargs))
         return specs[-1]
 
-    saved = os.environ.get("PMFAST_SET_CHAIN")
-    entry_spec.describe = spy
-    try:
-        with big_graph_entries(tmp_path_factory.mktemp("chain")):  # only a big graph's entry drops its chain
-            fn, x0 = pmfast.logp_dlogp_function(model, "all")
-            on = nutpie_glue.logp_kernel(fn)
-            os.environ["PMFAST_SET_CHAIN"] = "0"
-            off = nutpie_glue.logp_kernel(fn)
-    finally:
-        entry_spec.describe = orig
-        if saved is None:
-            os.environ.pop("PMFAST_SET_CHAIN", None)
-        else:
-            os.environ["PMFAST_SET_CHAIN"] = saved
+    with pytest.MonkeyPatch.context() as mp, big_graph_entries(tmp_path_factory.mktemp("chain")):
+        mp.setattr(entry_spec, "describe", spy)  # only a big graph's entry drops its chain
+        fn, x0 = pmfast.logp_dlogp_function(model, "all")
+        on = nutpie_glue.logp_kernel(fn)
+        mp.setenv("PMFAST_SET_CHAIN", "0")
+        off = nutpie_glue.logp_kernel(fn)
     stock, _ = pmfast.logp_dlogp_function(model, passes="none")
     return on, off, stock, x0, specs
 
