@@ -36,6 +36,17 @@ library class that a pass installs just before lowering:
   repeats the function simplification the full run does again (~3 of hier_var's
   ~19 CPU s of entry LLVM). It runs the full pipeline once (the reference-count
   pruning pass included, as numba adds it to every pass manager).
+* ``function_opt`` and ``module_passes`` (a big graph's entry). numba optimises each
+  function as its IR is added (the function pipeline at its O3), then the final module
+  (the module pipeline at O3, which runs the function simplification again inside).
+  A big entry is glue: calls by symbol, their status checks, array structs taken apart
+  and rebuilt, reference counts. hier_var 16's (~14k LLVM instructions after
+  optimisation) spent 2.1 CPU s in the function pipeline (InstCombine and
+  CorrelatedValuePropagation most of it) and 1.2 s in the module pipeline, which
+  found nothing more to do there than fold what GlobalDCE and IPSCCP see (the object
+  is 1.3% larger without it). ``function_opt``: the function pipeline's level;
+  ``module_passes`` False: no module pipeline (the reference-count pruning pass runs
+  in the function pipeline too, as numba adds it to both).
 * ``codegen_opt`` (a big graph's entry). Its machine code is emitted by a target
   machine of that codegen optimisation level (LLVM's ``CodeGenOptLevel``, 0-3; numba's
   JIT uses 3) and handed to numba's JIT through its object-code hook, as numba loads a
@@ -54,7 +65,7 @@ import gc
 import os
 
 #: The options of :func:`compiler`, in the order they are given.
-OPTIONS = ("own_copies", "release", "inline_threshold", "one_module_pass", "codegen_opt")
+OPTIONS = ("own_copies", "release", "inline_threshold", "one_module_pass", "codegen_opt", "function_opt", "module_passes")
 
 
 def release_memory(modules=None) -> None:
@@ -166,12 +177,29 @@ def emit_with(library, opt: int) -> bytes | None:
 
 @functools.lru_cache(maxsize=None)
 def library_class(
-    base: type, own_copies: bool, release: bool, threshold: int | None, one_pass: bool = False, codegen_opt: int | None = None
+    base: type,
+    own_copies: bool,
+    release: bool,
+    threshold: int | None,
+    one_pass: bool = False,
+    codegen_opt: int | None = None,
+    function_opt: int | None = None,
+    module_passes: bool = True,
 ) -> type:
     """``base`` (numba's library class) finalising as the options say (see the module docstring)."""
     from llvmlite.binding import Linkage
 
     members = {}
+    if function_opt is not None:
+
+        def _optimize_functions(self, ll_module):
+            ll_module.data_layout = self._codegen._data_layout
+            for func in ll_module.functions:
+                fpm, pb = self._codegen._function_pass_manager(opt=function_opt)
+                with self._recorded_timings.record(f"Function passes on {func.name!r}", pb):
+                    fpm.run(func, pb)
+
+        members["_optimize_functions"] = _optimize_functions
     if release:
 
         def add_ir_module(self, ir_module):
@@ -184,7 +212,13 @@ def library_class(
 
         members["add_ir_module"] = add_ir_module
         members["finalize"] = finalize
-    if threshold is not None or one_pass:
+    if not module_passes:
+
+        def _optimize_final_module(self):
+            pass  # the functions were optimised as they were added (see the module docstring)
+
+        members["_optimize_final_module"] = _optimize_final_module
+    elif threshold is not None or one_pass:
 
         def _optimize_final_module(self):
             optimize = optimize_once if one_pass else base._optimize_final_module
@@ -237,6 +271,8 @@ def install(state, options: dict) -> None:
         options.get("inline_threshold"),
         options.get("one_module_pass", False),
         options.get("codegen_opt"),
+        options.get("function_opt"),
+        options.get("module_passes", True),
     )
 
 
@@ -246,8 +282,8 @@ _classes: dict = {}
 def compiler(base=None, **options) -> type:
     """A numba compiler class: ``base``'s pipelines (numba's default) with the library ``options`` ask for.
 
-    ``options``: ``own_copies``, ``release``, ``one_module_pass`` (bools), ``inline_threshold``,
-    ``codegen_opt`` (ints or None); see the module docstring. The same arguments give the same class.
+    ``options``: ``own_copies``, ``release``, ``one_module_pass``, ``module_passes`` (bools),
+    ``inline_threshold``, ``codegen_opt``, ``function_opt`` (ints or None); see the module docstring. The same arguments give the same class.
     """
     from numba.core.compiler import Compiler
     from numba.core.compiler_machinery import AnalysisPass, register_pass
