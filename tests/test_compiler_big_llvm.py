@@ -1,5 +1,5 @@
 """A big graph's entry is finalised more cheaply (pmfast/compiler/entry.py ``big_llvm_options``,
-pmfast/compiler/library.py ``one_module_pass`` / ``codegen_opt``, pmfast/loops/deferred.py shared call slots):
+pmfast/compiler/library.py ``one_module_pass`` / ``codegen_opt`` / ``function_opt`` / ``module_passes``, pmfast/loops/deferred.py shared call slots):
 only where intended, with the same values."""
 
 from __future__ import annotations
@@ -89,6 +89,51 @@ def test_one_module_pass_and_codegen_level_apply_to_a_library_when_asked(monkeyp
     assert emitted == [] and once == []
 
 
+def _finalised_with(monkeypatch, **options):
+    """A small module finalised in a code library with ``options``: (function pipeline levels, module pipeline runs, result)."""
+    import ctypes
+
+    from llvmlite import ir
+    from numba.core import config
+    from numba.core.registry import cpu_target
+
+    cg = cpu_target.target_context.codegen()
+    levels, modules = [], []
+    cls = type(cg)
+    orig_f, orig_m = cls._function_pass_manager, cls._module_pass_manager
+    monkeypatch.setattr(cls, "_function_pass_manager", lambda self, **kw: (levels.append(int(kw.get("opt", config.OPT))), orig_f(self, **kw))[1])
+    monkeypatch.setattr(cls, "_module_pass_manager", lambda self, **kw: (modules.append(1), orig_m(self, **kw))[1])
+    name = f"pmfast_test_lean_{uuid.uuid4().hex}"
+    lib = cg.create_library(name)
+    lib.__class__ = library.library_class(
+        type(lib), options.get("own_copies", False), False, None, False, None, options.get("function_opt"), options.get("module_passes", True)
+    )
+    module = cg._create_empty_module(name)
+    f64 = ir.DoubleType()
+    fn = ir.Function(module, ir.FunctionType(f64, [f64]), name)
+    b = ir.IRBuilder(fn.append_basic_block("entry"))
+    t = b.fmul(fn.args[0], fn.args[0])
+    b.ret(b.fadd(t, ir.Constant(f64, 1.0)))
+    from numba.core.compiler_lock import global_compiler_lock
+
+    with global_compiler_lock:
+        lib.add_ir_module(module)
+        lib.finalize()
+    result = ctypes.CFUNCTYPE(ctypes.c_double, ctypes.c_double)(lib.get_pointer_to_function(name))(3.0)
+    return levels, modules, result
+
+
+def test_function_pipeline_alone_at_its_level_when_asked(monkeypatch):
+    """``function_opt`` and no ``module_passes``: the function pipeline at that level, no module pipeline;
+    numba's library: the function pipeline at numba's level, then the module pipeline."""
+    from numba.core import config
+
+    levels, modules, result = _finalised_with(monkeypatch, function_opt=1, module_passes=False)
+    assert levels == [1] and modules == [] and result == 10.0
+    levels, modules, result = _finalised_with(monkeypatch)
+    assert levels == [int(config.OPT)] and modules and result == 10.0
+
+
 @pytest.fixture(scope="module")
 def big_and_small(tmp_path_factory):
     """The tiny model compiled as a big graph (threshold lowered) and as a small one, into an empty cache."""
@@ -103,11 +148,14 @@ def big_and_small(tmp_path_factory):
 
 
 def test_the_cheaper_finalising_is_for_big_entries_only(big_and_small):
+    from pmfast.compiler import entry
+
     big, small, _, _ = big_and_small
     for compiled, want in ((big, True), (small, False)):
         kernel = compiled.kernels[0]
         options = kernel.dispatcher._compiler.pipeline_class.library_options
-        assert options.get("one_module_pass", False) == want
+        assert options.get("module_passes", True) == (not want)
+        assert options.get("function_opt") == (entry.BIG_ENTRY_FUNCTION_OPT if want else None)
         assert ("codegen_opt" in options) == want
         (cres,) = kernel.dispatcher.overloads.values()
         assert ("_finalize_specific" in type(cres.library).__dict__) == want
@@ -127,8 +175,13 @@ def test_a_big_entry_gives_stock_values(big_and_small):
 def test_big_llvm_options_follow_the_environment(monkeypatch):
     from pmfast.compiler import entry
 
-    monkeypatch.delenv("PMFAST_BIG_ONE_PASS", raising=False)
-    monkeypatch.delenv("PMFAST_BIG_CODEGEN_OPT", raising=False)
+    for name in ("PMFAST_BIG_ONE_PASS", "PMFAST_BIG_CODEGEN_OPT", "PMFAST_BIG_LEAN_LLVM", "PMFAST_BIG_FUNCTION_OPT"):
+        monkeypatch.delenv(name, raising=False)
+    lean = {"module_passes": False, "function_opt": entry.BIG_ENTRY_FUNCTION_OPT}
+    assert entry.big_llvm_options() == {**lean, "codegen_opt": entry.BIG_ENTRY_CODEGEN_OPT}
+    monkeypatch.setenv("PMFAST_BIG_FUNCTION_OPT", "2")
+    assert entry.big_llvm_options()["function_opt"] == 2
+    monkeypatch.setenv("PMFAST_BIG_LEAN_LLVM", "0")
     assert entry.big_llvm_options() == {"one_module_pass": True, "codegen_opt": entry.BIG_ENTRY_CODEGEN_OPT}
     monkeypatch.setenv("PMFAST_BIG_ONE_PASS", "0")
     monkeypatch.setenv("PMFAST_BIG_CODEGEN_OPT", "numba")

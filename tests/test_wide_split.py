@@ -406,7 +406,7 @@ def test_linker_big_graph_is_optnone_and_frees_garbage_before_codegen(monkeypatc
 
     calls = []
     orig = library.release_memory
-    monkeypatch.setattr(library, "release_memory", lambda: (calls.append(1), orig()))
+    monkeypatch.setattr(library, "release_memory", lambda *modules: (calls.append(1), orig(*modules)))
     xs, out, vals = _small_graph()
     stock = _numba_fn(xs, out, "none")
     small = _numba_fn(xs, out, "wide_split")

@@ -53,6 +53,10 @@ BIG_ENTRY_INLINE_THRESHOLD: int | None = 0
 #: :func:`big_llvm_options`): 0 is LLVM's fast instruction selection and register allocation.
 BIG_ENTRY_CODEGEN_OPT = 0
 
+#: The function pipeline's level for a big graph's entry, optimised without a module pipeline
+#: (``PMFAST_BIG_FUNCTION_OPT``; see :func:`big_llvm_options`).
+BIG_ENTRY_FUNCTION_OPT = 1
+
 @dataclass
 class Entry:
     """A compiled entry: the dispatcher (kept alive: the address points into its code), address, key.
@@ -210,10 +214,15 @@ def big_calls_enabled() -> bool:
 
 def big_llvm_options() -> dict:
     """How a big graph's entry is finalised beyond its inlining threshold (:mod:`pmfast.compiler.library`):
-    ``one_module_pass`` (``PMFAST_BIG_ONE_PASS=0``: numba's two module pipeline runs) and ``codegen_opt``
-    (``PMFAST_BIG_CODEGEN_OPT``: 0-3, or ``numba`` for numba's JIT at its own level; default 0)."""
+    ``one_module_pass`` (``PMFAST_BIG_ONE_PASS=0``: numba's two module pipeline runs), ``codegen_opt``
+    (``PMFAST_BIG_CODEGEN_OPT``: 0-3, or ``numba`` for numba's JIT at its own level; default 0), and
+    the function pipeline alone at ``BIG_ENTRY_FUNCTION_OPT`` (``PMFAST_BIG_FUNCTION_OPT``), no module
+    pipeline (``PMFAST_BIG_LEAN_LLVM=0``: the function pipeline at numba's level, then the module one)."""
     options = {}
-    if os.environ.get("PMFAST_BIG_ONE_PASS", "1") != "0":
+    if os.environ.get("PMFAST_BIG_LEAN_LLVM", "1") != "0":
+        options["module_passes"] = False
+        options["function_opt"] = int(os.environ.get("PMFAST_BIG_FUNCTION_OPT", str(BIG_ENTRY_FUNCTION_OPT)))
+    elif os.environ.get("PMFAST_BIG_ONE_PASS", "1") != "0":
         options["one_module_pass"] = True
     level = os.environ.get("PMFAST_BIG_CODEGEN_OPT", str(BIG_ENTRY_CODEGEN_OPT))
     if level in ("0", "1", "2", "3"):
