@@ -215,7 +215,9 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
         return fn, key
 
     def numba_funcify_ensure_cache(op, *args, **kwargs):
-        from pmfast.compiler import ops
+        from pytensor.graph.fg import FunctionGraph
+
+        from pmfast.compiler import node_direct, ops
 
         node = kwargs.get("node")
         ours = ops.funcify_and_cache_key(op, node) if config.numba__cache else None
@@ -227,6 +229,9 @@ def _patched(state: _State, dedup: bool = True, optnone_fgraph=None):
             fn = nb_basic.numba_njit(fn.py_func, cache=True)
         else:
             fn, key = orig_ensure(op, *args, **kwargs)
+            if key is not None and node_direct.enabled() and not isinstance(op, FunctionGraph):
+                # the function pytensor's *args forwarder calls, cached as it is
+                fn, key = node_direct.unwrap(fn, key, bool(config.numba__fastmath)) or (fn, key)
         if not dedup or key is None or node is None:
             return fn, key
         # numba's cache is keyed by (key, signature): some keys leave the arity
