@@ -158,8 +158,10 @@ def join_private(fgraph, comps, in_types):
     """``comps`` (:func:`components`) joined through the inputs they share, except the inputs
     shared by copies: an input read by pieces that are all different (a group's own value read by
     its log-density term and its gradient term) joins them, so the group reads it in one piece; one
-    read by two pieces with the same :func:`signature` (a hyperparameter every group reads) joins
-    nothing; two with the same signature and the same inputs are one. Returns ``(comps, signatures)``."""
+    read by two pieces with the same :func:`signature` (a hyperparameter every group reads), or by
+    pieces that repeat and pieces that do not (a total over the groups reading every group's value),
+    joins nothing; two with the same signature and the same inputs are one. Returns ``(comps,
+    signatures)``."""
     sigs = [signature(fgraph, ins, outs, in_types) for ins, outs in comps]
     parent = list(range(len(comps)))
 
@@ -178,8 +180,10 @@ def join_private(fgraph, comps, in_types):
     for c, (ins, _) in enumerate(comps):
         for k in ins:
             readers.setdefault(k, []).append(c)
+    counts = Counter(sigs)
     for cs in readers.values():
-        if len(cs) > 1 and len({sigs[c] for c in cs}) == len(cs):
+        repeated = {counts[sigs[c]] > 1 for c in cs}
+        if len(cs) > 1 and len({sigs[c] for c in cs}) == len(cs) and len(repeated) == 1:
             for c in cs[1:]:
                 a, b = find(c), find(cs[0])
                 if a != b:
