@@ -140,3 +140,59 @@ def test_hub_is_recomputed_per_piece_only_when_cheap_in_a_loop():
 def test_switch_off(monkeypatch):
     monkeypatch.setenv("PMFAST_COMPONENT_SPLIT", "0")
     assert not wide_components.enabled()
+
+
+def _rewritten_hier_var(monkeypatch, switch: str, n_groups: int = 3):
+    import pmfast
+    from pmfast import models
+
+    monkeypatch.setenv("PMFAST_COMPONENT_SPLIT", switch)
+    from pymc.model.transform.optimization import freeze_dims_and_data
+
+    model = freeze_dims_and_data(models.load("hier_var")(n_groups=n_groups))
+    logp = model.logp()
+    grads = pytensor.grad(logp, model.value_vars)
+    fg = FunctionGraph(model.value_vars, [logp, *grads], clone=True)
+    pmfast.get_mode("all").optimizer.rewrite(fg)
+    return fg
+
+
+def test_hier_var_groups_get_nodes_of_their_own(monkeypatch):
+    """No node of hier_var's rewritten graph is left with repeated pieces; the copies share ops."""
+    from collections import Counter
+
+    from pmfast.loops.op import IndexedElemwise
+
+    def repeated(fg):
+        return [n for n in fg.apply_nodes if split_components(fg, n) is not None]
+
+    off = _rewritten_hier_var(monkeypatch, "0")
+    on = _rewritten_hier_var(monkeypatch, "1")
+    assert repeated(off) and not repeated(on)
+    loops = Counter(n.op for n in on.apply_nodes if isinstance(n.op, IndexedElemwise))
+    assert max(loops.values()) >= 3  # one loop per group, the same op for the three
+
+    def widest(fg):
+        return max(len(n.outputs) for n in fg.apply_nodes if isinstance(n.op, Elemwise | IndexedElemwise))
+
+    assert widest(on) < widest(off)
+
+
+@pytest.mark.slow
+def test_hier_var_parity(monkeypatch):
+    """Compiled: logp and gradient against the switch off and stock numba at three points."""
+    import pmfast
+    from pmfast import models
+
+    model = models.load("hier_var")(n_groups=2)
+    results = {}
+    for side, switch, passes in (("stock", "1", "none"), ("off", "0", "all"), ("on", "1", "all")):
+        monkeypatch.setenv("PMFAST_COMPONENT_SPLIT", switch)
+        fn, x0 = pmfast.logp_dlogp_function(model, passes=passes)
+        rng = np.random.default_rng(0)
+        results[side] = [fn(x) for x in (x0, x0 + 0.1 * rng.normal(size=x0.shape), x0 - 0.2 * rng.normal(size=x0.shape))]
+    for (ls, gs), (lo, go), (ln, gn) in zip(results["stock"], results["off"], results["on"], strict=True):
+        np.testing.assert_allclose(ln, ls, rtol=1e-9)
+        np.testing.assert_allclose(gn, gs, rtol=1e-9, atol=1e-9 * max(1.0, np.abs(gs).max()))
+        # the same scalar functions (fast-math may contract the smaller functions differently)
+        np.testing.assert_allclose(gn, go, rtol=1e-14, atol=1e-14 * max(1.0, np.abs(go).max()))
