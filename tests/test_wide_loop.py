@@ -94,13 +94,15 @@ def _var_like(n: int):
 
 def test_scalar_composite_runs_as_one_loop():
     xs, outs, fast, stock = _var_like(36)
-    assert fired(fast) == {"wide_split": 1}
+    # wide_split only: the WideLoop, and (wide_components) the 35 gradient pieces as nodes of their own
+    assert set(fired(fast)) == {"wide_split"}
     (loop,) = _loops(fast)
     assert len(loop.op.layout) > MAX_ARITY and _widest(fast) <= MAX_ARITY
     assert max(len(s.inputs) for s in plan_stages(loop.op.scalar_op).stages) <= LIMIT
     vals = [np.float64(v) for v in np.random.default_rng(0).normal(size=len(xs))]
     for a, b in zip(fast(*vals), stock(*vals), strict=True):
-        np.testing.assert_allclose(a, b, rtol=1e-14)
+        # atol: a gradient of ~1e-3 from cancelling terms, contracted differently by LLVM's fast math
+        np.testing.assert_allclose(a, b, rtol=1e-14, atol=1e-15)
 
 
 @functools.cache

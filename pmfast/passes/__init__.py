@@ -39,10 +39,15 @@ Pipeline (positions in pytensor's global ``optdb``; pmfast's entries marked ``*`
                              pieces) as 0-d Elemwise, so fusion merges them with the priors
     49     elemwise_fusion   (builds the Composites the next passes work on)
   * 49.05  scalarize         independent 0-d Elemwise merged into one Composite
+  * 49.1   wide_split        a fused Elemwise made of repeated independent pieces (a
+                             hierarchical model's per-group copies) as one node per piece,
+                             compiled once for all copies (again at 49.185, after siblings)
   * 49.15  wide_split        wide Add/Mul/Join/… into ≤ 30-argument pieces; a wide
                              Composite as one WideLoop (≤ 24-wide stages, one loop)
   * 49.18  indexed_elemwise  sibling Elemwise nodes reading the same gather merged
                              (capped below wide_split's chunk size)
+  * 49.185 wide_split        repeated pieces split again (sibling fusion merges loops that
+                             share only an index)
   * 49.19  shared_math       sigmoid/softplus of x and -x in one Composite from one
                              exp(-|x|); after every merge, before the loop bodies
   * 49.2   indexed_elemwise  gathers + Composite + scatters (+ Sum) as one loop

@@ -302,3 +302,12 @@ wide_split_pass = register_pass(
 # into destructive writes. Nothing after 49.15 re-fuses or re-flattens
 # Elemwise trees (merge3 at 100 only merges identical nodes).
 wide_split_pass.register(WideSplit(), 49.15, name="split")
+
+# Positions 49.1 and 49.185: a fused Elemwise made of repeated independent pieces as one node per
+# piece (``wide_components``). At 49.1 after fusion (49) and ``scalarize``'s 0-d siblings (49.05)
+# built them, before the wide ones become WideLoops (49.15); at 49.185 again after sibling fusion
+# (49.18) merged loops that share only an index, before the loops are built (49.2).
+from pmfast.passes.wide_components import ComponentSplit  # noqa: E402
+
+wide_split_pass.register(ComponentSplit(), 49.1, name="components")
+wide_split_pass.register(ComponentSplit(), 49.185, name="components_after_siblings")
