@@ -141,19 +141,15 @@ def _hier_graph(k: int, n: int, m: int, seed: int):
 @settings(max_examples=3, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(k=st.integers(2, 4), n=st.integers(20, 600), m=st.integers(1, 8))
 def test_hierarchical_logp_and_gradient_equal_stock(k, n, m):
-    import os
     from collections import Counter
 
     ins, outs, vals = _hier_graph(k, n, m, seed=k * 1000 + n)
     ref = pytensor.function(ins, outs, mode="NUMBA")(*vals)
     # component split off: the k copies in one loop, run as k blocks; on: one loop per copy, one op
     for split in ("0", "1"):
-        before = os.environ.get("PMFAST_COMPONENT_SPLIT")
-        os.environ["PMFAST_COMPONENT_SPLIT"] = split
-        try:
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("PMFAST_COMPONENT_SPLIT", split)
             f = pytensor.function(ins, outs, mode=get_mode("all"))
-        finally:
-            os.environ.pop("PMFAST_COMPONENT_SPLIT") if before is None else os.environ.update(PMFAST_COMPONENT_SPLIT=before)
         loops = [nd for nd in f.maker.fgraph.apply_nodes if isinstance(nd.op, IndexedElemwise)]
         if split == "0":
             assert any(len(blocks.split(nd.op.loop) or ()) == k for nd in loops)
