@@ -68,21 +68,24 @@ def components(fgraph):
         comps.setdefault(find(o.owner), []).append(k)
     if any(find(n) not in comps for n in parent):
         return None  # a dead node (fusion never leaves one): decline
-    out = []
-    for outs in comps.values():
-        # inputs in order of first use walking back from the outputs: the same order for copies
-        ins: dict[int, None] = {}
-        seen = set()
-        stack = [fgraph.outputs[o] for o in reversed(outs)]
-        while stack:
-            v = stack.pop()
-            if v in index:
-                ins.setdefault(index[v], None)
-            elif v.owner is not None and v.owner not in seen:
-                seen.add(v.owner)
-                stack.extend(reversed(v.owner.inputs))
-        out.append((list(ins), outs))
-    return out
+    return [with_inputs(fgraph, outs, index) for outs in comps.values()]
+
+
+def with_inputs(fgraph, outs, index=None):
+    """``(inputs, outs)``: the indices of the inputs of scalar ``fgraph`` that outputs ``outs`` read, in
+    order of first use walking back from them (copies of one computation number their inputs alike)."""
+    index = {v: k for k, v in enumerate(fgraph.inputs)} if index is None else index
+    ins: dict[int, None] = {}
+    seen = set()
+    stack = [fgraph.outputs[o] for o in reversed(outs)]
+    while stack:
+        v = stack.pop()
+        if v in index:
+            ins.setdefault(index[v], None)
+        elif v.owner is not None and v.owner not in seen:
+            seen.add(v.owner)
+            stack.extend(reversed(v.owner.inputs))
+    return list(ins), outs
 
 
 def split(loop: IndexedLoop) -> list[tuple[Block, object]] | None:

@@ -33,6 +33,7 @@ from collections import Counter
 
 from pytensor.graph.basic import Constant
 
+from pmfast.loops.blocks import with_inputs
 from pmfast.passes.rewriting import PassRewriter, record_nodes_added
 
 _log = logging.getLogger(__name__)
@@ -112,7 +113,7 @@ def components(fgraph, ndim: int = 0):
     groups: dict = {}
     for k, o in enumerate(fgraph.outputs):
         groups.setdefault(find(o.owner), []).append(k)
-    return [_with_inputs(fgraph, outs) for outs in groups.values()]
+    return [with_inputs(fgraph, outs) for outs in groups.values()]
 
 
 def signature(fgraph, ins, outs, in_types) -> tuple:
@@ -193,25 +194,8 @@ def join_private(fgraph, comps, in_types):
     merged: dict = {}
     for c in range(len(comps)):
         merged.setdefault(find(c), []).extend(comps[c][1])
-    joined = [_with_inputs(fgraph, sorted(outs)) for outs in merged.values()]
+    joined = [with_inputs(fgraph, sorted(outs)) for outs in merged.values()]
     return joined, [signature(fgraph, ins, outs, in_types) for ins, outs in joined]
-
-
-def _with_inputs(fgraph, outs):
-    """``(inputs, outs)``: the inputs of ``fgraph`` that outputs ``outs`` read, in order of first use
-    walking back from them (copies number their inputs alike)."""
-    index = {v: k for k, v in enumerate(fgraph.inputs)}
-    ins: dict[int, None] = {}
-    seen = set()
-    stack = [fgraph.outputs[o] for o in reversed(outs)]
-    while stack:
-        v = stack.pop()
-        if v in index:
-            ins.setdefault(index[v], None)
-        elif v.owner is not None and v.owner not in seen:
-            seen.add(v.owner)
-            stack.extend(reversed(v.owner.inputs))
-    return list(ins), outs
 
 
 def _pieces(comps, sigs):
